@@ -1,0 +1,29 @@
+# make test runs against peers from .ci/run (RELAY_TEST_* set) or, without them, against
+# servers the tests start themselves (internal/testpeer).
+# make peers-up prints export lines: eval "$(make -s peers-up)" to point tests at .peers/.
+
+PEERS_DIR := .peers
+
+.PHONY: test peers-up peers-down build demo bench-ingest fuzz
+
+test:
+	go vet ./...
+	go test -count=1 -timeout 12m ./...
+
+peers-up:
+	scripts/peers.sh start $(PEERS_DIR)
+
+peers-down:
+	scripts/peers.sh stop $(PEERS_DIR)
+
+build:
+	go build -o bin/relay ./cmd/relay
+
+demo:
+	scripts/demo.sh
+
+bench-ingest:
+	scripts/bench-ingest.sh
+
+fuzz:
+	scripts/fuzz.sh

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/mercamap/relay/internal/jobevent"
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/testpeer"
+)
+
+const testKeyHex = "f4ab532dc6dcf763bf8139e75e9bef6d8af5c329ce3e03ba05fd39ff729f6ffa"
+
+// buildRelay compiles the relay binary once per test.
+func buildRelay(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "relay")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// writeConfig writes a minimal relay config for one account and returns its path.
+func writeConfig(t *testing.T, amqpURL, redisURL, exchange, queue string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	cfg := fmt.Sprintf(`
+rabbitmq:
+  url: %s
+  exchange: %s
+  queue: %s
+redis:
+  url: %s
+signature:
+  keys: [env:TEST_HMAC_KEY]
+accounts:
+  - id: acct_1
+    tenants: [single-tenant]
+`, amqpURL, exchange, queue, redisURL)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func startRelay(t *testing.T, bin, cfg string, extraEnv ...string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--config", cfg)
+	cmd.Env = append(append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex), extraEnv...)
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, &logs
+}
+
+func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
+	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
+	bin := buildRelay(t)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	exchange, queue := "relay-test-kill-"+suffix, "relay-test-kill-"+suffix
+	cfg := writeConfig(t, amqpURL, redisURL, exchange, queue)
+
+	// The first relay dies by SIGKILL right after its first append, before the ack.
+	first, logs := startRelay(t, bin, cfg, "RELAY_TEST_FAILPOINT=kill-after-append")
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
+	waitUntil(t, 30*time.Second, "the relay to declare its queue", func() bool {
+		probe, err := conn.Channel()
+		if err != nil {
+			return false
+		}
+		defer probe.Close()
+		_, err = probe.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		return err == nil
+	})
+	key, _ := hex.DecodeString(testKeyHex)
+	job := jobevent.Job{ID: "0190f2a4-dead-7000-8000-000000000001", Status: "completed"}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm(exchange, job.RoutingKey(), false, false, jobevent.Build(job, exchange, key, time.Now()))
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish: %v", err)
+	}
+	err = first.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("first relay ended with %v, want SIGKILL; logs:\n%s", err, logs)
+	}
+
+	st, err := store.Open(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	logLen := func() int {
+		entries, err := st.ReadLog(context.Background(), "acct_1", "0", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	if n := logLen(); n != 1 {
+		t.Fatalf("after the kill the log holds %d events, want 1", n)
+	}
+	ready := func() int {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Messages
+	}
+	if n := ready(); n != 1 {
+		t.Fatalf("after the kill %d messages wait in the queue, want the unacked one back", n)
+	}
+
+	// The second relay gets the redelivery, sees the ce-id, and acks it as a duplicate.
+	second, logs := startRelay(t, bin, cfg)
+	waitUntil(t, 30*time.Second, "the redelivery taken", func() bool { return ready() == 0 })
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatalf("second relay did not stop cleanly on SIGTERM: %v\n%s", err, logs)
+	}
+	if n := ready(); n != 0 {
+		t.Fatalf("%d messages back in the queue after shutdown: the redelivery was not acked\n%s", n, logs)
+	}
+	if n := logLen(); n != 1 {
+		t.Fatalf("the log holds %d events, want exactly 1", n)
+	}
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

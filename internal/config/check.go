@@ -1,0 +1,352 @@
+package config
+
+import (
+	"crypto/hkdf"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mercamap/relay/internal/destination"
+)
+
+// ExternalKeyInfo is the HKDF info Fetcher derives its external HMAC key with.
+const ExternalKeyInfo = "fetcher-external-hmac-v1"
+
+// DeriveExternalKey derives the external HMAC key from Fetcher's master key
+// (APP_ENC_KEY, already base64-decoded): HKDF-SHA256, empty salt, 32 bytes.
+func DeriveExternalKey(master []byte) ([]byte, error) {
+	return hkdf.Key(sha256.New, master, nil, ExternalKeyInfo, 32)
+}
+
+var (
+	// The name becomes the label key <name>-account (Google: lowercase, digits, _ and -,
+	// at most 63) and starts the STS session name <name>-<account>.
+	namePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,54}$`)
+	// Ids name Redis keys, URL paths and STS session names ([\w+=,.@-]).
+	idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@+=-]*$`)
+	// A Pub/Sub topic is labelled with its account id: a Google label value.
+	labelValue   = regexp.MustCompile(`^[a-z0-9_-]{1,63}$`)
+	emailPattern = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+)
+
+const maxIDLength = 128
+
+// check validates the decoded c, resolves its secrets, and fills the defaults that
+// depend on other values. Every check runs whatever the others found.
+func (p *parser) check(c *Config) {
+	accountIDs := map[string]bool{}
+	for _, a := range c.Accounts {
+		accountIDs[a.ID] = true
+	}
+	p.checkIdentity(c)
+	p.checkRabbitMQ(&c.RabbitMQ)
+	if v, ok := p.secret("redis.url", c.Redis.URL); ok {
+		c.Redis.URL = v
+		p.checkURL("redis.url", v, "redis", "rediss", "redis://host:6379/0")
+	}
+	p.checkSignature(c)
+	p.checkAPI(&c.API, accountIDs)
+	if msg := destination.CheckRegion(c.AWS.Region); msg != "" {
+		p.add("aws.region", "%s", msg)
+	}
+	for _, k := range sortedMapKeys(c.AWS.Endpoints) {
+		u, err := url.Parse(c.AWS.Endpoints[k])
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.add("aws.endpoints."+k, "must be an http:// or https:// URL of a local emulator, like http://127.0.0.1:4566")
+		}
+	}
+	p.checkDelivery(&c.Delivery)
+	p.checkAccounts(c.Accounts, c.Identity.NameOrDefault())
+	p.checkDestinations(c.Destinations, accountIDs, c.RabbitMQ.RoutingKeys)
+}
+
+func (p *parser) checkIdentity(c *Config) {
+	var anyAWS, anyPubSub bool
+	for _, d := range c.Destinations {
+		anyAWS = anyAWS || d.Connector.IsAWS()
+		anyPubSub = anyPubSub || d.Connector == destination.PubSub
+	}
+	id := &c.Identity
+	if !namePattern.MatchString(id.Name) {
+		p.add("identity.name", "%q must be lowercase letters, digits, '-' and '_', start with a letter and be at most 55 characters: it names the Pub/Sub label <name>-account and the STS session <name>-<account>", id.Name)
+	}
+	switch {
+	case id.AWSPrincipalARN != "":
+		if msg := destination.CheckPrincipalARN(id.AWSPrincipalARN); msg != "" {
+			p.add("identity.aws_principal_arn", "%s", msg)
+		}
+	case anyAWS:
+		p.add("identity.aws_principal_arn", "is required when an eventbridge or kinesis destination is configured: the ARN of our own IAM role, which customers' trust policies name")
+	}
+	switch {
+	case id.GCPServiceAccount != "":
+		if !emailPattern.MatchString(id.GCPServiceAccount) {
+			p.add("identity.gcp_service_account", "must be a service account email, like relay@relay-prod.iam.gserviceaccount.com")
+		}
+	case anyPubSub:
+		p.add("identity.gcp_service_account", "is required when a pubsub destination is configured: the email of our own service account, which customers grant on their topics")
+	}
+}
+
+func (p *parser) checkRabbitMQ(r *RabbitMQ) {
+	if v, ok := p.secret("rabbitmq.url", r.URL); ok {
+		r.URL = v
+		p.checkURL("rabbitmq.url", v, "amqp", "amqps", "amqp://user:pass@host:5672/vhost")
+	}
+	if r.Exchange == "" {
+		p.add("rabbitmq.exchange", "is required: the Worker's job-events exchange, like fetcher.job.events")
+	}
+	if r.Queue == "" {
+		p.add("rabbitmq.queue", "must not be empty (leave it out for %s)", DefaultQueue)
+	} else if strings.HasPrefix(r.Queue, "amq.") {
+		p.add("rabbitmq.queue", "queue names starting with amq. are reserved by RabbitMQ")
+	}
+	if r.QuarantineExchange == "" {
+		r.QuarantineExchange = r.Queue + QuarantineSuffix
+	}
+	if r.QuarantineQueue == "" {
+		r.QuarantineQueue = r.Queue + QuarantineSuffix
+	}
+	if len(r.RoutingKeys) == 0 {
+		p.add("rabbitmq.routing_keys", "must list at least one routing key, like [job.completed, job.failed]")
+	}
+	for i, k := range r.RoutingKeys {
+		switch {
+		case k == "":
+			p.add(index("rabbitmq.routing_keys", i), "a routing key is empty")
+		case slices.Index(r.RoutingKeys, k) < i:
+			p.add(index("rabbitmq.routing_keys", i), "routing key %s is listed twice", k)
+		}
+	}
+	if r.Prefetch < 1 || r.Prefetch > 65535 {
+		p.add("rabbitmq.prefetch", "%d is out of range: the prefetch count is between 1 and 65535", r.Prefetch)
+	}
+}
+
+// checkSignature decodes the hex keys and derives the key of master_key, appended last.
+func (p *parser) checkSignature(c *Config) {
+	for i, ref := range p.keyRefs {
+		path := index("signature.keys", i)
+		v, ok := p.secret(path, ref)
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		key, err := hex.DecodeString(v)
+		switch {
+		case v == "":
+			p.add(path, "is empty: a key is 64 hexadecimal characters (32 bytes)")
+		case err != nil:
+			p.add(path, "is not hexadecimal: a key is 64 hexadecimal characters (32 bytes), the external HMAC key as Fetcher derives it")
+		case len(key) != 32:
+			p.add(path, "decodes to %d bytes: a key is 64 hexadecimal characters (32 bytes)", len(key))
+		default:
+			c.Signature.Keys = append(c.Signature.Keys, key)
+		}
+	}
+	if p.masterRef != "" {
+		if v, ok := p.secret("signature.master_key", p.masterRef); ok {
+			master, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+			switch {
+			case err != nil:
+				p.add("signature.master_key", "is not standard base64: it is Fetcher's APP_ENC_KEY as the Worker is given it")
+			case len(master) == 0:
+				p.add("signature.master_key", "decodes to nothing: it is Fetcher's APP_ENC_KEY as the Worker is given it")
+			default:
+				key, err := DeriveExternalKey(master)
+				if err != nil {
+					p.add("signature.master_key", "cannot derive the external key from it")
+				} else {
+					c.Signature.Keys = append(c.Signature.Keys, key)
+				}
+			}
+		}
+	}
+	if len(p.keyRefs) == 0 && p.masterRef == "" {
+		p.add("signature.keys", "at least one key is required: list the external HMAC key (hex) in signature.keys, or set signature.master_key")
+	}
+	// A relay behind a durable queue may see a re-emit long after the first copy: the
+	// dedup marker must outlive every message the signature window still accepts.
+	if c.DedupWindow <= c.Signature.MaxAge {
+		p.add("dedup_window", "%s must be longer than signature.max_age (%s): otherwise a re-emitted event could be delivered twice", c.DedupWindow, c.Signature.MaxAge)
+	}
+}
+
+func (p *parser) checkAPI(api *API, accountIDs map[string]bool) {
+	if _, port, err := net.SplitHostPort(api.Listen); err != nil || !validPort(port) {
+		p.add("api.listen", "%q must be host:port, like 127.0.0.1:8080 or :8080", api.Listen)
+	}
+	var tokens []string
+	var tokenPaths []string
+	for i, t := range api.Tokens {
+		path := index("api.tokens", i)
+		switch acct, isAccount := t.AccountID(); {
+		case t.Scope == AdminScope:
+		case t.Scope == "":
+			p.add(path+".scope", "is required: admin, or account:<id> for one account")
+		case isAccount && acct == "":
+			p.add(path+".scope", "account: must name an account, like account:acct_123")
+		case isAccount && !accountIDs[acct]:
+			p.add(path+".scope", "account %s is not in accounts", acct)
+		case !isAccount:
+			p.add(path+".scope", "unknown scope %q: use admin, or account:<id> for one account", t.Scope)
+		}
+		if t.Token == "" {
+			p.add(path+".token", "is required: the bearer token, like env:RELAY_ADMIN_TOKEN")
+			continue
+		}
+		v, ok := p.secret(path+".token", t.Token)
+		if !ok {
+			api.Tokens[i].Token = ""
+			continue
+		}
+		api.Tokens[i].Token = v
+		for j, other := range tokens {
+			if subtle.ConstantTimeCompare([]byte(v), []byte(other)) == 1 {
+				p.add(path+".token", "is the same token as %s: each token must be different, so a scope can be told from its token", tokenPaths[j])
+				break
+			}
+		}
+		tokens = append(tokens, v)
+		tokenPaths = append(tokenPaths, path)
+	}
+}
+
+func (p *parser) checkDelivery(d *Delivery) {
+	if d.NotTakenBackoff.Max < d.NotTakenBackoff.Initial {
+		p.add("delivery.not_taken_backoff.max", "%s is shorter than initial (%s)", d.NotTakenBackoff.Max, d.NotTakenBackoff.Initial)
+	}
+	if d.DisableAfter < 1 {
+		p.add("delivery.disable_after", "must be at least 1 rejected attempt")
+	}
+	if d.AttemptsRetention < d.ChannelRetention {
+		p.add("delivery.attempts_retention", "%s is shorter than delivery.channel_retention (%s): the attempt log is kept at least as long as channel events", d.AttemptsRetention, d.ChannelRetention)
+	}
+	if d.OperatorEventsExchange == "" {
+		p.add("delivery.operator_events_exchange", "must not be empty (leave it out for %s)", DefaultOperatorEventsExchange)
+	}
+}
+
+func (p *parser) checkAccounts(accounts []Account, name string) {
+	maxAccount := 64 - len(name) - 1 // RoleSessionName <name>-<account> has at most 64 characters
+	firstAccount := map[string]int{}
+	for i, a := range accounts {
+		path := index("accounts", i)
+		if p.checkID(path+".id", a.ID, "an account id, like acct_123") {
+			if j, dup := firstAccount[a.ID]; dup {
+				p.add(path+".id", "account %s is already defined at accounts[%d]", a.ID, j)
+			} else {
+				firstAccount[a.ID] = i
+			}
+			if len(a.ID) > maxAccount && maxAccount > 0 {
+				p.add(path+".id", "%s is too long: the STS session name %s-<account> allows at most %d characters for it", a.ID, name, maxAccount)
+			}
+		}
+		if len(a.Tenants) == 0 {
+			p.add(path+".tenants", "must list at least one producer tenant (single-tenant in a single-tenant deployment)")
+		}
+		for j, t := range a.Tenants {
+			if t == "" {
+				p.add(index(path+".tenants", j), "a tenant is empty")
+			}
+		}
+		for j, s := range a.Sources {
+			if s == "" {
+				p.add(index(path+".sources", j), "a source is empty: list ce-source values, or leave sources out for all")
+			}
+		}
+		if a.StoreIDPath != "" && slices.Contains(strings.Split(a.StoreIDPath, "."), "") {
+			p.add(path+".store_id_path", "%q must be a dotted path into the event, like metadata.store_id", a.StoreIDPath)
+		}
+	}
+}
+
+func (p *parser) checkDestinations(dests []destination.Destination, accountIDs map[string]bool, routingKeys []string) {
+	// A destination's event filter names routing keys; with wildcard bindings (job.*) the
+	// keys that can arrive are not known here, so the filter is not checked against them.
+	checkEvents := len(routingKeys) > 0 && !slices.ContainsFunc(routingKeys, func(k string) bool { return strings.ContainsAny(k, "*#") })
+	firstDest := map[string]int{}
+	for i, dst := range dests {
+		path := index("destinations", i)
+		if p.checkID(path+".id", dst.ID, "a destination id, like orders-bus") {
+			if j, dup := firstDest[dst.ID]; dup {
+				p.add(path+".id", "destination %s is already defined at destinations[%d] (ids are unique across connectors)", dst.ID, j)
+			} else {
+				firstDest[dst.ID] = i
+			}
+		}
+		switch {
+		case dst.Account == "":
+			p.add(path+".account", "is required: the id of the account this destination belongs to")
+		case !accountIDs[dst.Account]:
+			p.add(path+".account", "account %s is not in accounts", dst.Account)
+		case dst.Connector == destination.PubSub && !labelValue.MatchString(dst.Account):
+			p.add(path+".account", "account %s cannot be a Google Cloud label value (lowercase letters, digits, _ and -, at most 63 characters), and a Pub/Sub topic is labelled with it", dst.Account)
+		}
+		for _, prob := range dst.Validate() {
+			p.add(path+"."+prob.Field, "%s", prob.Message)
+		}
+		if checkEvents {
+			for j, e := range dst.Events {
+				if e != "" && !slices.Contains(routingKeys, e) {
+					p.add(index(path+".events", j), "%s is not one of rabbitmq.routing_keys (%s): this destination would never receive it", e, strings.Join(routingKeys, ", "))
+				}
+			}
+		}
+	}
+}
+
+// checkID reports an empty or malformed id and returns whether it is usable.
+func (p *parser) checkID(path, v, what string) bool {
+	switch {
+	case v == "":
+		p.add(path, "is required: %s", what)
+	case len(v) > maxIDLength:
+		p.add(path, "is longer than %d characters", maxIDLength)
+	case !idPattern.MatchString(v):
+		p.add(path, "%q may only hold letters, digits and _ . @ + = -, starting with a letter or digit: it names Redis keys, URL paths and STS sessions", v)
+	default:
+		return true
+	}
+	return false
+}
+
+// checkURL checks a URL that may hold a password: no message repeats any part of it.
+func (p *parser) checkURL(path, v, scheme, tlsScheme, example string) {
+	if v == "" {
+		p.add(path, "is required: a %s:// or %s:// URL, like %s (write env:NAME or file:PATH rather than the URL itself)", scheme, tlsScheme, example)
+		return
+	}
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		p.add(path, "is not a URL: write it like %s", example)
+	case u.Scheme != scheme && u.Scheme != tlsScheme:
+		p.add(path, "must start with %s:// or %s://, like %s", scheme, tlsScheme, example)
+	case u.Host == "" || u.Hostname() == "":
+		p.add(path, "names no host: write it like %s", example)
+	case u.Port() != "" && !validPort(u.Port()):
+		p.add(path, "has an invalid port: write it like %s", example)
+	}
+}
+
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+func sortedMapKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,232 @@
+// Package config reads the relay's YAML file, resolves its env:/file: secret references
+// and validates everything in one pass that reports every problem with its path. It never
+// puts a secret's value into a problem, an error or a String().
+package config
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mercamap/relay/internal/destination"
+)
+
+// Config is the validated configuration. Secret fields hold resolved values.
+type Config struct {
+	Identity     destination.Identity
+	RabbitMQ     RabbitMQ
+	Redis        Redis
+	Signature    Signature
+	DedupWindow  time.Duration // always longer than Signature.MaxAge
+	API          API
+	AWS          AWS
+	GCP          GCP
+	Delivery     Delivery
+	Accounts     []Account
+	Destinations []destination.Destination
+}
+
+// RabbitMQ is where job events arrive and where unverifiable ones are set aside.
+type RabbitMQ struct {
+	URL                string // secret: amqp:// or amqps:// with credentials
+	Exchange           string
+	Queue              string
+	RoutingKeys        []string
+	Prefetch           int
+	QuarantineExchange string
+	QuarantineQueue    string
+}
+
+// String leaves the URL out: it holds a password.
+func (r RabbitMQ) String() string {
+	return fmt.Sprintf("{URL:%s Exchange:%s Queue:%s RoutingKeys:%v Prefetch:%d QuarantineExchange:%s QuarantineQueue:%s}",
+		redacted(r.URL), r.Exchange, r.Queue, r.RoutingKeys, r.Prefetch, r.QuarantineExchange, r.QuarantineQueue)
+}
+
+// GoString is String, so %#v does not print the URL either.
+func (r RabbitMQ) GoString() string { return "config.RabbitMQ" + r.String() }
+
+// Redis is the store.
+type Redis struct {
+	URL string // secret: redis:// or rediss://, may hold a password
+}
+
+// String leaves the URL out.
+func (r Redis) String() string { return "{URL:" + redacted(r.URL) + "}" }
+
+// GoString is String.
+func (r Redis) GoString() string { return "config.Redis" + r.String() }
+
+// Signature holds the keys job events are verified with and the age window.
+type Signature struct {
+	Keys      [][]byte // 32-byte external HMAC keys; the one derived from master_key is last
+	MaxAge    time.Duration
+	MaxFuture time.Duration
+}
+
+// String leaves the keys out.
+func (s Signature) String() string {
+	return fmt.Sprintf("{Keys:[%d redacted] MaxAge:%s MaxFuture:%s}", len(s.Keys), s.MaxAge, s.MaxFuture)
+}
+
+// GoString is String.
+func (s Signature) GoString() string { return "config.Signature" + s.String() }
+
+// API is the operator HTTP API.
+type API struct {
+	Listen string
+	Tokens []Token
+}
+
+// Token is one bearer token and what it may see.
+type Token struct {
+	Scope string // "admin" or "account:<id>"
+	Token string // secret
+}
+
+// AdminScope is the scope that may see and do everything.
+const AdminScope = "admin"
+
+// AccountScopePrefix starts a scope limited to one account: "account:<id>".
+const AccountScopePrefix = "account:"
+
+// AccountID is the account an "account:<id>" scope is limited to.
+func (t Token) AccountID() (string, bool) { return strings.CutPrefix(t.Scope, AccountScopePrefix) }
+
+// String leaves the token out.
+func (t Token) String() string { return "{Scope:" + t.Scope + " Token:" + redacted(t.Token) + "}" }
+
+// GoString is String.
+func (t Token) GoString() string { return "config.Token" + t.String() }
+
+// AWS is our own side of AWS: the STS region and local endpoints for emulators.
+type AWS struct {
+	Region    string
+	Endpoints map[string]string // only "sts", "events", "kinesis"
+}
+
+// GCP is our own side of Google Cloud.
+type GCP struct {
+	PubSubEndpoint string // only to point at a local emulator
+}
+
+// Delivery holds the timings and limits of delivery.
+type Delivery struct {
+	NotTakenBackoff        Backoff
+	MaxMessageAge          time.Duration
+	DisableAfter           int
+	LeaseTTL               time.Duration
+	ChannelRetention       time.Duration
+	LabelRecheck           time.Duration
+	AttemptsRetention      time.Duration // never shorter than ChannelRetention
+	OperatorEventsExchange string
+}
+
+// Backoff is the retry delay range of not-taken attempts.
+type Backoff struct{ Initial, Max time.Duration }
+
+// Account is one customer: the producer tenants (and optionally sources) whose events
+// belong to it.
+type Account struct {
+	ID          string
+	Tenants     []string
+	Sources     []string // empty: every source
+	StoreIDPath string   // empty: metadata.store_id, then metadata.storeId
+}
+
+// DefaultStoreIDPaths are read, in order, when an account sets no store_id_path.
+var DefaultStoreIDPaths = []string{"metadata.store_id", "metadata.storeId"}
+
+// StoreIDPaths are the dotted paths the event's store id is read from, first found wins.
+func (a Account) StoreIDPaths() []string {
+	if a.StoreIDPath == "" {
+		return slices.Clone(DefaultStoreIDPaths)
+	}
+	return []string{a.StoreIDPath}
+}
+
+// Account returns the account with the given id.
+func (c *Config) Account(id string) (Account, bool) {
+	for _, a := range c.Accounts {
+		if a.ID == id {
+			return a, true
+		}
+	}
+	return Account{}, false
+}
+
+// AccountsFor returns the ids of the accounts an event of this tenant and source belongs
+// to: those listing the tenant, and the source too when they list sources.
+func (c *Config) AccountsFor(tenant, source string) []string {
+	var ids []string
+	for _, a := range c.Accounts {
+		if slices.Contains(a.Tenants, tenant) && (len(a.Sources) == 0 || slices.Contains(a.Sources, source)) {
+			ids = append(ids, a.ID)
+		}
+	}
+	return ids
+}
+
+// Problem is one thing wrong with the file, at its path ("destinations[2].bus_arn").
+type Problem struct{ Path, Message string }
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// Problems is every problem found in one pass; as an error it reads one per line.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Load reads and parses the file at path, reading secret files from disk. The error is
+// Problems when the file is invalid, or a plain error when it cannot be read.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data, getenv, os.ReadFile)
+}
+
+// Parse reads a configuration from data, resolving env:NAME through getenv and file:PATH
+// through readFile (os.Getenv and os.ReadFile when nil). The error, when not nil, is
+// Problems holding every problem found.
+func Parse(data []byte, getenv func(string) string, readFile func(string) ([]byte, error)) (*Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	p := &parser{getenv: getenv, readFile: readFile}
+	c := p.parse(data)
+	if n := len(p.problems); n > maxProblems {
+		p.problems = append(p.problems[:maxProblems], Problem{Message: fmt.Sprintf("… and %d more problems", n-maxProblems)})
+	}
+	if len(p.problems) > 0 {
+		return nil, p.problems
+	}
+	return c, nil
+}
+
+// maxProblems is far more than a hand-written file has; past it, only a count is shown.
+const maxProblems = 1000
+
+func redacted(secret string) string {
+	if secret == "" {
+		return `""`
+	}
+	return "[redacted]"
+}

@@ -1,0 +1,198 @@
+package config
+
+import (
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mercamap/relay/internal/destination"
+)
+
+// The defaults of every key the file may leave out, as config.md shows them.
+const (
+	DefaultQueue                  = "relay.job-events"
+	DefaultPrefetch               = 256
+	DefaultListen                 = "127.0.0.1:8080"
+	DefaultAWSRegion              = "us-east-1"
+	DefaultOperatorEventsExchange = "relay.operator.events"
+	QuarantineSuffix              = ".quarantine"
+)
+
+// DefaultRoutingKeys are the Worker's two routing keys.
+var DefaultRoutingKeys = []string{"job.completed", "job.failed"}
+
+func defaults() *Config {
+	return &Config{
+		Identity: destination.Identity{Name: destination.DefaultName},
+		RabbitMQ: RabbitMQ{
+			Queue:       DefaultQueue,
+			RoutingKeys: append([]string(nil), DefaultRoutingKeys...),
+			Prefetch:    DefaultPrefetch,
+		},
+		Signature:   Signature{MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
+		DedupWindow: 168 * time.Hour,
+		API:         API{Listen: DefaultListen},
+		AWS:         AWS{Region: DefaultAWSRegion, Endpoints: map[string]string{}},
+		Delivery: Delivery{
+			NotTakenBackoff:        Backoff{Initial: time.Second, Max: 5 * time.Minute},
+			MaxMessageAge:          72 * time.Hour,
+			DisableAfter:           20,
+			LeaseTTL:               15 * time.Second,
+			ChannelRetention:       168 * time.Hour,
+			LabelRecheck:           15 * time.Minute,
+			AttemptsRetention:      720 * time.Hour,
+			OperatorEventsExchange: DefaultOperatorEventsExchange,
+		},
+	}
+}
+
+// parser holds one parse: the walk, the secret readers, and the secret references as
+// written (the Config gets their resolved values).
+type parser struct {
+	walker
+	getenv   func(string) string
+	readFile func(string) ([]byte, error)
+
+	keyRefs   []string
+	masterRef string
+}
+
+// add reports a problem found by a check, unless the value at path could not be read.
+func (p *parser) add(path, format string, args ...any) {
+	if !p.wrong[path] {
+		p.walker.add(path, format, args...)
+	}
+}
+
+func (p *parser) parse(data []byte) *Config {
+	c := defaults()
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		p.add("", "the file is not valid YAML: %v", err)
+		return c
+	}
+	p.budget = visitBudget(&root)
+	p.decode(&root, c)
+	p.check(c)
+	return c
+}
+
+// decode walks the file into c, reporting unknown keys and wrong types.
+func (p *parser) decode(root *yaml.Node, c *Config) {
+	w := &p.walker
+	p.object(root, "", fields{
+		"identity": func(v *yaml.Node, path string) {
+			w.object(v, path, fields{
+				"name":                func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.Name) },
+				"aws_principal_arn":   func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.AWSPrincipalARN) },
+				"gcp_service_account": func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.GCPServiceAccount) },
+			})
+		},
+		"rabbitmq": func(v *yaml.Node, path string) {
+			r := &c.RabbitMQ
+			w.object(v, path, fields{
+				"url":                 func(v *yaml.Node, path string) { w.str(v, path, &r.URL) },
+				"exchange":            func(v *yaml.Node, path string) { w.str(v, path, &r.Exchange) },
+				"queue":               func(v *yaml.Node, path string) { w.str(v, path, &r.Queue) },
+				"routing_keys":        func(v *yaml.Node, path string) { w.strs(v, path, &r.RoutingKeys) },
+				"prefetch":            func(v *yaml.Node, path string) { w.integer(v, path, &r.Prefetch) },
+				"quarantine_exchange": func(v *yaml.Node, path string) { w.str(v, path, &r.QuarantineExchange) },
+				"quarantine_queue":    func(v *yaml.Node, path string) { w.str(v, path, &r.QuarantineQueue) },
+			})
+		},
+		"redis": func(v *yaml.Node, path string) {
+			w.object(v, path, fields{
+				"url": func(v *yaml.Node, path string) { w.str(v, path, &c.Redis.URL) },
+			})
+		},
+		"signature": func(v *yaml.Node, path string) {
+			s := &c.Signature
+			w.object(v, path, fields{
+				"keys":       func(v *yaml.Node, path string) { w.strs(v, path, &p.keyRefs) },
+				"master_key": func(v *yaml.Node, path string) { w.str(v, path, &p.masterRef) },
+				"max_age":    func(v *yaml.Node, path string) { w.duration(v, path, &s.MaxAge) },
+				"max_future": func(v *yaml.Node, path string) { w.duration(v, path, &s.MaxFuture) },
+			})
+		},
+		"dedup_window": func(v *yaml.Node, path string) { w.duration(v, path, &c.DedupWindow) },
+		"api": func(v *yaml.Node, path string) {
+			w.object(v, path, fields{
+				"listen": func(v *yaml.Node, path string) { w.str(v, path, &c.API.Listen) },
+				"tokens": func(v *yaml.Node, path string) {
+					c.API.Tokens = []Token{}
+					w.list(v, path, func(v *yaml.Node, path string) {
+						var t Token
+						w.object(v, path, fields{
+							"scope": func(v *yaml.Node, path string) { w.str(v, path, &t.Scope) },
+							"token": func(v *yaml.Node, path string) { w.str(v, path, &t.Token) },
+						})
+						c.API.Tokens = append(c.API.Tokens, t)
+					})
+				},
+			})
+		},
+		"aws": func(v *yaml.Node, path string) {
+			w.object(v, path, fields{
+				"region": func(v *yaml.Node, path string) { w.str(v, path, &c.AWS.Region) },
+				"endpoints": func(v *yaml.Node, path string) {
+					w.stringMap(v, path, []string{"sts", "events", "kinesis"}, c.AWS.Endpoints)
+				},
+			})
+		},
+		"gcp": func(v *yaml.Node, path string) {
+			w.object(v, path, fields{
+				"pubsub_endpoint": func(v *yaml.Node, path string) { w.str(v, path, &c.GCP.PubSubEndpoint) },
+			})
+		},
+		"delivery": func(v *yaml.Node, path string) {
+			d := &c.Delivery
+			w.object(v, path, fields{
+				"not_taken_backoff": func(v *yaml.Node, path string) {
+					w.object(v, path, fields{
+						"initial": func(v *yaml.Node, path string) { w.duration(v, path, &d.NotTakenBackoff.Initial) },
+						"max":     func(v *yaml.Node, path string) { w.duration(v, path, &d.NotTakenBackoff.Max) },
+					})
+				},
+				"max_message_age":          func(v *yaml.Node, path string) { w.duration(v, path, &d.MaxMessageAge) },
+				"disable_after":            func(v *yaml.Node, path string) { w.integer(v, path, &d.DisableAfter) },
+				"lease_ttl":                func(v *yaml.Node, path string) { w.duration(v, path, &d.LeaseTTL) },
+				"channel_retention":        func(v *yaml.Node, path string) { w.duration(v, path, &d.ChannelRetention) },
+				"label_recheck":            func(v *yaml.Node, path string) { w.duration(v, path, &d.LabelRecheck) },
+				"attempts_retention":       func(v *yaml.Node, path string) { w.duration(v, path, &d.AttemptsRetention) },
+				"operator_events_exchange": func(v *yaml.Node, path string) { w.str(v, path, &d.OperatorEventsExchange) },
+			})
+		},
+		"accounts": func(v *yaml.Node, path string) {
+			w.list(v, path, func(v *yaml.Node, path string) {
+				var a Account
+				w.object(v, path, fields{
+					"id":            func(v *yaml.Node, path string) { w.str(v, path, &a.ID) },
+					"tenants":       func(v *yaml.Node, path string) { w.strs(v, path, &a.Tenants) },
+					"sources":       func(v *yaml.Node, path string) { w.strs(v, path, &a.Sources) },
+					"store_id_path": func(v *yaml.Node, path string) { w.str(v, path, &a.StoreIDPath) },
+				})
+				c.Accounts = append(c.Accounts, a)
+			})
+		},
+		"destinations": func(v *yaml.Node, path string) {
+			w.list(v, path, func(v *yaml.Node, path string) {
+				var d destination.Destination
+				var connector string
+				w.object(v, path, fields{
+					"id":          func(v *yaml.Node, path string) { w.str(v, path, &d.ID) },
+					"account":     func(v *yaml.Node, path string) { w.str(v, path, &d.Account) },
+					"connector":   func(v *yaml.Node, path string) { w.str(v, path, &connector) },
+					"bus_arn":     func(v *yaml.Node, path string) { w.str(v, path, &d.BusARN) },
+					"stream_arn":  func(v *yaml.Node, path string) { w.str(v, path, &d.StreamARN) },
+					"role_arn":    func(v *yaml.Node, path string) { w.str(v, path, &d.RoleARN) },
+					"kms_key_arn": func(v *yaml.Node, path string) { w.str(v, path, &d.KMSKeyARN) },
+					"project_id":  func(v *yaml.Node, path string) { w.str(v, path, &d.ProjectID) },
+					"topic_id":    func(v *yaml.Node, path string) { w.str(v, path, &d.TopicID) },
+					"events":      func(v *yaml.Node, path string) { w.strs(v, path, &d.Events) },
+				})
+				d.Connector = destination.Connector(connector)
+				c.Destinations = append(c.Destinations, d)
+			})
+		},
+	})
+}

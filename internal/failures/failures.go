@@ -1,0 +1,157 @@
+// Package failures decides what a failed write means: delivered, not taken (retried,
+// never counted) or rejected (the message ends and counts against the destination),
+// with the sentence a customer reads on the card. It is pure: it never retries, sleeps
+// or touches state — dispatch acts on what it returns.
+package failures
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/aws/smithy-go"
+)
+
+// Class is the outcome class of one attempt.
+type Class string
+
+const (
+	Delivered Class = "delivered"
+	NotTaken  Class = "not_taken" // the bus did not take the event: retried later, never counted
+	Rejected  Class = "rejected"  // the message ends and the destination's count goes up
+)
+
+// Outcome is a class with the sentence the card shows.
+type Outcome struct {
+	Class   Class
+	Message string
+}
+
+// Error is a failure whose class its producer already knows (a sink, the STS probe,
+// the label check), with a sentence a customer can act on.
+type Error struct {
+	Class   Class
+	Message string
+	Err     error // the underlying error, if any (not shown on the card)
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// NewNotTaken says the bus did not take the event, and why.
+func NewNotTaken(message string, err error) error {
+	return &Error{Class: NotTaken, Message: message, Err: err}
+}
+
+// NewRejected says the event was refused for a reason the customer must fix.
+func NewRejected(message string, err error) error {
+	return &Error{Class: Rejected, Message: message, Err: err}
+}
+
+// Classify turns any error from a write into exactly one outcome. nil is delivered.
+func Classify(err error) Outcome {
+	if err == nil {
+		return Outcome{Class: Delivered, Message: "delivered"}
+	}
+	var fe *Error
+	if errors.As(err, &fe) {
+		return Outcome{Class: fe.Class, Message: fe.Message}
+	}
+	return classifyTransport(err)
+}
+
+// Code is the typed code behind err, for logs and metric labels: an AWS error code
+// ("ThrottlingException"), an EventBridge entry code, a gRPC code ("UNAVAILABLE"), an
+// HTTP status ("HTTP 503"), or "timeout", "canceled", "network". It is "" for nil and
+// for errors that carry no typed code. Like Classify, it never reads error text.
+func Code(err error) string {
+	if err == nil {
+		return ""
+	}
+	return inspect(err).code
+}
+
+// classifyTransport is the typed-code table: SDK API errors, gRPC status codes,
+// HTTP statuses, network errors and timeouts.
+func classifyTransport(err error) Outcome {
+	return inspect(err).outcome
+}
+
+// verdict is what inspect found: the typed code and the outcome it means.
+type verdict struct {
+	code    string
+	outcome Outcome
+}
+
+// inspect walks err's chain for the most specific typed signal, in this order:
+// an EventBridge entry code, an AWS API error code (with the HTTP status as the
+// fallback for codes we do not list), a gRPC status, a bare HTTP status, then
+// cancellation, timeouts and network errors. Anything else is not recognised and
+// not taken: retried until the message's age limit, never counted.
+func inspect(err error) verdict {
+	var ee *entryError
+	if errors.As(err, &ee) {
+		return entryVerdict(ee)
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		return awsVerdict(apiErr, httpStatus(err))
+	}
+	if st, ok := grpcStatus(err); ok {
+		return grpcVerdict(st)
+	}
+	if code := httpStatus(err); code != 0 {
+		return httpVerdict(code)
+	}
+	if v, ok := networkVerdict(err); ok {
+		return v
+	}
+	return verdict{outcome: notTaken("the error was not recognised", err.Error(),
+		"retrying with backoff until the message's age limit")}
+}
+
+// notTaken builds a not-taken sentence: it always starts "did not take the event".
+// detail is the typed code and the service's own message; tail says what happens next
+// ("retrying with backoff" when empty).
+func notTaken(reason, detail, tail string) Outcome {
+	if tail == "" {
+		tail = "retrying with backoff"
+	}
+	return Outcome{Class: NotTaken, Message: "did not take the event: " + reason + parens(detail) + "; " + tail}
+}
+
+// rejected builds a rejected sentence: what was refused, the typed code with the
+// service's own message (it names the resource), and what the customer can fix.
+func rejected(reason, detail, fix string) Outcome {
+	m := reason + parens(detail)
+	if fix != "" {
+		m += " — " + fix
+	}
+	return Outcome{Class: Rejected, Message: m}
+}
+
+func parens(detail string) string {
+	if detail == "" {
+		return ""
+	}
+	return " (" + detail + ")"
+}
+
+// codeDetail is "Code: message", or the code alone when the service sent no message.
+func codeDetail(code, message string) string {
+	message = strings.TrimSpace(message)
+	switch {
+	case code == "" && message == "":
+		return "no error code"
+	case code == "":
+		return message
+	case message == "":
+		return code
+	}
+	return code + ": " + message
+}

@@ -1,0 +1,45 @@
+package ingest
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics counts what ingest did with each message.
+type Metrics struct {
+	Consumed    prometheus.Counter
+	Acked       prometheus.Counter
+	Stored      prometheus.Counter
+	Duplicates  prometheus.Counter
+	Unrouted    prometheus.Counter
+	Quarantined *prometheus.CounterVec
+	StoreErrors prometheus.Counter
+}
+
+// NewMetrics creates the ingest metrics and registers them on reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Consumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_events_consumed_total", Help: "Messages taken off the broker.",
+		}),
+		Acked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_events_acked_total", Help: "Messages acked to the broker (stored, duplicate, unrouted or quarantined).",
+		}),
+		Stored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_events_stored_total", Help: "Events appended to at least one account log.",
+		}),
+		Duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_events_duplicate_total", Help: "Events whose ce-id every matching account had seen: acked, appended nowhere.",
+		}),
+		Unrouted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_events_unrouted_total", Help: "Verified events that belong to no configured account: acked and dropped.",
+		}),
+		Quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_events_quarantined_total", Help: "Messages that failed verification, republished to the quarantine exchange.",
+		}, []string{"reason"}),
+		StoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_store_append_errors_total", Help: "Failed append round trips to Redis (the batch is retried, nothing is acked).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Consumed, m.Acked, m.Stored, m.Duplicates, m.Unrouted, m.Quarantined, m.StoreErrors)
+	}
+	return m
+}
