@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -141,4 +143,48 @@ func entryFrom(v map[string]any) Entry {
 		Time: str("time"), Tenant: str("tenant"), Subject: str("subject"),
 		SchemaVersion: str("schema_version"), Data: []byte(str("data")),
 	}
+}
+
+// LastLogID is the id of the newest entry of an account's log, "0-0" when it is empty.
+func (s *Store) LastLogID(ctx context.Context, acct string) (string, error) {
+	msgs, err := s.rdb.XRevRangeN(ctx, logKey(acct), "+", "-", 1).Result()
+	if err != nil || len(msgs) == 0 {
+		return "0-0", err
+	}
+	return msgs[0].ID, nil
+}
+
+// WaitLogs blocks up to block for new entries in the given accounts' logs after the ids
+// in after (account → log id), and returns the accounts that have some with their newest id.
+func (s *Store) WaitLogs(ctx context.Context, after map[string]string, block time.Duration) (map[string]string, error) {
+	streams := make([]string, 0, 2*len(after))
+	accts := make([]string, 0, len(after))
+	for acct := range after {
+		accts = append(accts, acct)
+		streams = append(streams, logKey(acct))
+	}
+	for _, acct := range accts {
+		streams = append(streams, after[acct])
+	}
+	res, err := s.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Block: block, Count: 1024}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(res))
+	for _, st := range res {
+		acct := strings.TrimSuffix(strings.TrimPrefix(st.Stream, "relay:{"), "}:log")
+		if n := len(st.Messages); n > 0 {
+			out[acct] = st.Messages[n-1].ID
+		}
+	}
+	return out, nil
+}
+
+// EntryTime is when an entry arrived, read from its stream id.
+func EntryTime(id string) time.Time {
+	ms, _ := strconv.ParseInt(strings.SplitN(id, "-", 2)[0], 10, 64)
+	return time.UnixMilli(ms)
 }

@@ -32,7 +32,3 @@ func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // Close closes the client.
 func (s *Store) Close() error { return s.rdb.Close() }
-
-// Keys of one account share the hash tag {acct}, so one account lives in one cluster slot.
-func logKey(acct string) string        { return "relay:{" + acct + "}:log" }
-func seenKey(acct, ceID string) string { return "relay:{" + acct + "}:seen:" + ceID }

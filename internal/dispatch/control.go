@@ -1,0 +1,129 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store"
+)
+
+// Pause stops deliveries to a destination: nothing is sent or counted until it is
+// activated, and no notification goes out.
+func (d *Dispatcher) Pause(ctx context.Context, id string) error {
+	return d.setStatus(ctx, id, store.Paused, "paused by an operator")
+}
+
+// Activate resumes a paused or disabled destination with the events that arrive from
+// now on, and resets its count.
+func (d *Dispatcher) Activate(ctx context.Context, id string) error {
+	return d.setStatus(ctx, id, store.Active, "")
+}
+
+func (d *Dispatcher) setStatus(ctx context.Context, id, status, reason string) error {
+	dest, ok := d.Destination(id)
+	if !ok {
+		return ErrNotFound
+	}
+	_, err := d.opts.Store.SetStatus(ctx, ref(dest), status, reason, d.opts.Delivery.ChannelRetention)
+	if err == nil {
+		d.notify(dest.Account) // an idle worker looks at its status again now
+	}
+	return err
+}
+
+// Disable switches a destination off on an operator's word, and with it the account's
+// other destinations in the same AWS account or Google Cloud project. It returns the
+// ids it disabled, the cascade included.
+func (d *Dispatcher) Disable(ctx context.Context, id, reason string) ([]string, error) {
+	dest, ok := d.Destination(id)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	if reason == "" {
+		reason = "disabled by an operator"
+	}
+	targets := []destination.Destination{dest}
+	if scope := dest.CloudScope(); scope != "" {
+		for _, other := range d.Destinations() {
+			if other.ID != dest.ID && other.Account == dest.Account && other.CloudScope() == scope {
+				targets = append(targets, other)
+			}
+		}
+	}
+	var ids []string
+	for _, t := range targets {
+		r := reason
+		if t.ID != dest.ID {
+			r = fmt.Sprintf("%s (with %s: same %s)", reason, dest.ID, dest.CloudScope())
+		}
+		changed, err := d.opts.Store.SetStatus(ctx, ref(t), store.Disabled, r, d.opts.Delivery.ChannelRetention)
+		if err != nil {
+			return ids, fmt.Errorf("disable %s: %w", t.ID, err)
+		}
+		ids = append(ids, t.ID)
+		if changed {
+			d.announceDisabled(ctx, t)
+		}
+	}
+	return ids, nil
+}
+
+// Test writes a clearly marked test event through the whole path (probe, session or
+// label check, the one write) and records the attempt like any other: it counts.
+func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, error) {
+	dest, ok := d.Destination(id)
+	if !ok {
+		return failures.Outcome{}, ErrNotFound
+	}
+	st, err := d.opts.Store.LoadState(ctx, ref(dest))
+	if err != nil {
+		return failures.Outcome{}, err
+	}
+	dest.ExternalID = st.ExternalID
+	now := d.opts.Now().UTC()
+	eventID := "relay.test." + randomHex(8)
+	data, _ := json.Marshal(map[string]any{"test": true, "message": "a test event sent from the relay; ignore it", "destination": dest.ID})
+	msg := destination.Message{ID: destination.MessageID(dest.ID, eventID), Type: destination.TestType, EventID: eventID,
+		CreatedAt: now.Format(time.RFC3339Nano), Data: data, Account: dest.Account}
+	sendCtx, cancel := context.WithTimeout(ctx, sendTimeout)
+	err = d.sink(dest).Send(sendCtx, dest, msg)
+	cancel()
+	outcome := failures.Classify(err)
+	d.opts.Metrics.observe(dest, outcome.Class, 0, 0)
+	cfg := d.opts.Delivery
+	res, err := d.opts.Store.Commit(ctx, store.Commit{Ref: ref(dest), Kind: string(outcome.Class), EventID: eventID,
+		MessageID: msg.ID, Message: outcome.Message, Test: true, DisableAfter: cfg.DisableAfter,
+		ChannelRetention: cfg.ChannelRetention, AttemptsRetention: cfg.AttemptsRetention})
+	if err != nil {
+		return outcome, err
+	}
+	if res.Disabled {
+		d.announceDisabled(ctx, dest)
+	}
+	return outcome, nil
+}
+
+// announceDisabled publishes destination.disabled with the card's last failure, so the
+// platform's mailer can tell the customer.
+func (d *Dispatcher) announceDisabled(ctx context.Context, dest destination.Destination) {
+	ev := OperatorEvent{Type: "destination.disabled", Destination: dest.ID, Account: dest.Account,
+		Connector: string(dest.Connector), At: d.opts.Now().UTC()}
+	if st, err := d.opts.Store.LoadState(ctx, ref(dest)); err == nil {
+		ev.LastFailure = st.LastFailure
+		if st.Disabled != nil {
+			ev.Reason, ev.At = st.Disabled.Reason, st.Disabled.At
+		}
+	}
+	d.opts.Logger.Warn("destination disabled", "destination", dest.ID, "reason", ev.Reason)
+	if d.opts.Notifier == nil {
+		return
+	}
+	body, _ := json.Marshal(ev) // plain strings and times always marshal
+	if err := d.opts.Notifier.Notify(context.WithoutCancel(ctx), ev.Type, body); err != nil {
+		d.opts.Logger.Error("operator event not published", "destination", dest.ID, "error", err)
+	}
+}

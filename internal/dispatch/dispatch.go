@@ -1,0 +1,175 @@
+// Package dispatch delivers each account's events to its destinations: one ordered
+// worker per destination this replica holds a lease for, one write in flight at a time,
+// the outcome committed with the cursor in one step. It acts on what failures decides
+// and never writes to a bus itself: the Sinks do.
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/store"
+)
+
+// A Sink writes one event to one destination and says what happened, in a form
+// failures.Classify understands. It never retries on its own: dispatch does.
+type Sink interface {
+	Send(ctx context.Context, d destination.Destination, m destination.Message) error
+}
+
+// Notifier tells the platform about operator events (destination.disabled), so its
+// mailer can tell the customer. The body is the OperatorEvent as JSON.
+type Notifier interface {
+	Notify(ctx context.Context, eventType string, body []byte) error
+}
+
+// OperatorEvent is published when a destination is disabled.
+type OperatorEvent struct {
+	Type        string         `json:"type"`
+	Destination string         `json:"destination"`
+	Account     string         `json:"account"`
+	Connector   string         `json:"connector"`
+	At          time.Time      `json:"at"`
+	Reason      string         `json:"reason"`
+	LastFailure *store.Failure `json:"last_failure"`
+}
+
+// Options configure a Dispatcher.
+type Options struct {
+	Store    *store.Store
+	Sinks    map[destination.Connector]Sink
+	Delivery config.Delivery
+	Owner    string              // this replica's name in leases; random when empty
+	Accounts []config.Account    // for each account's store id path
+	Notifier Notifier            // nil: operator events are only logged
+	Logger   *slog.Logger        // nil: discarded
+	Metrics  *Metrics            // nil: not exported
+	Poll     time.Duration       // how often an idle worker looks again without a wake-up (default 1s)
+	Now      func() time.Time    // nil: time.Now
+}
+
+// ErrNotFound is returned for a destination id the config does not define.
+var ErrNotFound = errors.New("no such destination")
+
+// Dispatcher runs the workers of the destinations this replica holds leases for.
+type Dispatcher struct {
+	opts       Options
+	storePaths map[string][]string
+
+	mu      sync.Mutex
+	dests   map[string]destination.Destination // by id, as configured
+	workers map[string]*worker                 // by id, the leases held
+	wake    map[string]chan struct{}           // per account: new log entries (closed and replaced)
+}
+
+// New returns a Dispatcher; call SetDestinations, then Run.
+func New(opts Options) *Dispatcher {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Owner == "" {
+		opts.Owner = "relay-" + randomHex(6)
+	}
+	paths := map[string][]string{}
+	for _, a := range opts.Accounts {
+		paths[a.ID] = a.StoreIDPaths()
+	}
+	return &Dispatcher{opts: opts, storePaths: paths, dests: map[string]destination.Destination{},
+		workers: map[string]*worker{}, wake: map[string]chan struct{}{}}
+}
+
+// SetDestinations makes the configured destinations exist in Redis (issuing each its
+// ExternalId on first sight) and replaces the set this dispatcher delivers for. A
+// destination removed from config stops at the next lease round and keeps its state; one
+// that was redefined gets resync.required on its channel and a fresh worker.
+func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.Destination) error {
+	next := make(map[string]destination.Destination, len(dests))
+	for _, dest := range dests {
+		res, err := d.opts.Store.Ensure(ctx, ref(dest), "relay-"+randomHex(16), dest.Fingerprint(), d.opts.Delivery.ChannelRetention)
+		if err != nil {
+			return fmt.Errorf("destination %s: %w", dest.ID, err)
+		}
+		if res == "redefined" {
+			d.opts.Logger.Info("destination redefined by config", "destination", dest.ID)
+		}
+		next[dest.ID] = dest
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, w := range d.workers {
+		if nd, ok := next[id]; !ok || nd.Fingerprint() != w.dest.Fingerprint() {
+			w.stop() // removed or redefined: the lease round starts it again if it is still ours
+		}
+	}
+	d.dests = next
+	return nil
+}
+
+// Destinations returns the configured destinations, sorted by id.
+func (d *Dispatcher) Destinations() []destination.Destination {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(d.dests))
+	out := make([]destination.Destination, len(ids))
+	for i, id := range ids {
+		out[i] = d.dests[id]
+	}
+	return out
+}
+
+// Destination returns one configured destination.
+func (d *Dispatcher) Destination(id string) (destination.Destination, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dest, ok := d.dests[id]
+	return dest, ok
+}
+
+// Run holds leases and runs workers until ctx is cancelled; then each worker finishes
+// its write in flight, commits, and its lease is released.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); d.watchLogs(ctx) }()
+	ttl := d.opts.Delivery.LeaseTTL
+	tick := time.NewTicker(ttl / 3)
+	defer tick.Stop()
+	for {
+		d.balance(ctx)
+		select {
+		case <-ctx.Done():
+			d.stopAll()
+			wg.Wait()
+			_ = d.opts.Store.Leave(context.WithoutCancel(ctx), d.opts.Owner)
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func ref(dest destination.Destination) store.Ref { return store.Ref{Account: dest.Account, ID: dest.ID} }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read does not fail on Linux
+	return hex.EncodeToString(b)
+}

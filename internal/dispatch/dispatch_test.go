@@ -1,0 +1,502 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/testpeer"
+)
+
+const acct = "acct_1"
+
+// testSink is our own Sink, programmed per attempt; it records what it accepted.
+type testSink struct {
+	mu        sync.Mutex
+	delivered map[string][]string // destination → event ids, in the order written
+	attempts  map[string]int      // destination/event → attempts so far
+	behave    func(dest string, m destination.Message, attempt int) error
+}
+
+func newTestSink(behave func(dest string, m destination.Message, attempt int) error) *testSink {
+	if behave == nil {
+		behave = func(string, destination.Message, int) error { return nil }
+	}
+	return &testSink{delivered: map[string][]string{}, attempts: map[string]int{}, behave: behave}
+}
+
+func (s *testSink) Send(_ context.Context, d destination.Destination, m destination.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts[d.ID+"/"+m.EventID]++
+	err := s.behave(d.ID, m, s.attempts[d.ID+"/"+m.EventID])
+	if err == nil {
+		s.delivered[d.ID] = append(s.delivered[d.ID], m.EventID)
+	}
+	return err
+}
+
+func (s *testSink) got(dest string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.delivered[dest])
+}
+
+type notifications struct {
+	mu     sync.Mutex
+	events []OperatorEvent
+}
+
+func (n *notifications) Notify(_ context.Context, eventType string, body []byte) error {
+	var ev OperatorEvent
+	if err := json.Unmarshal(body, &ev); err != nil || ev.Type != eventType {
+		return fmt.Errorf("bad operator event %s: %v", body, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.events = append(n.events, ev)
+	return nil
+}
+
+func (n *notifications) list() []OperatorEvent {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.events)
+}
+
+type rig struct {
+	t       *testing.T
+	store   *store.Store
+	sink    *testSink
+	notes   *notifications
+	d       *Dispatcher
+	clock   atomic.Int64 // offset added to the real clock, ns
+	nextJob int
+	stop    func()
+}
+
+func delivery() config.Delivery {
+	return config.Delivery{
+		NotTakenBackoff: config.Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond},
+		MaxMessageAge:   time.Hour, DisableAfter: 20, LeaseTTL: 900 * time.Millisecond,
+		ChannelRetention: time.Hour, AttemptsRetention: 2 * time.Hour,
+	}
+}
+
+func newRig(t *testing.T, sink *testSink, dests ...destination.Destination) *rig {
+	t.Helper()
+	st, err := store.Open(testpeer.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r := &rig{t: t, store: st, sink: sink, notes: &notifications{}}
+	r.d = New(Options{
+		Store: st, Delivery: delivery(), Notifier: r.notes, Poll: 20 * time.Millisecond,
+		Sinks: map[destination.Connector]Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
+		Now:   func() time.Time { return time.Now().Add(time.Duration(r.clock.Load())) },
+	})
+	if err := r.d.SetDestinations(context.Background(), dests); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *rig) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.d.Run(ctx) }()
+	r.stop = func() { cancel(); <-done }
+	r.t.Cleanup(r.stop)
+}
+
+// publish appends events of the given short types to the account log; returns their ids.
+func (r *rig) publish(types ...string) []string {
+	r.t.Helper()
+	var batch []store.Append
+	var ids []string
+	for _, typ := range types {
+		r.nextJob++
+		id := fmt.Sprintf("fetcher.%s.job-%05d", typ, r.nextJob)
+		ids = append(ids, id)
+		batch = append(batch, store.Append{Accounts: []string{acct}, Entry: store.Entry{
+			EventID: id, Type: typ, Time: time.Now().UTC().Format(time.RFC3339Nano), SchemaVersion: "1.0.0",
+			Data: []byte(fmt.Sprintf(`{"jobId":"job-%05d","metadata":{"store_id":"st_1"}}`, r.nextJob)),
+		}})
+	}
+	if _, err := r.store.AppendBatch(context.Background(), batch, time.Hour, time.Hour); err != nil {
+		r.t.Fatal(err)
+	}
+	return ids
+}
+
+func (r *rig) state(id string) store.State {
+	r.t.Helper()
+	st, err := r.store.LoadState(context.Background(), store.Ref{Account: acct, ID: id})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return st
+}
+
+func (r *rig) channelTypes(channel string) []string {
+	r.t.Helper()
+	page, err := r.store.ReadChannel(context.Background(), acct, channel, 0, 100000)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var types []string
+	for i, ev := range page.Events {
+		if ev.Sequence != int64(i+1) {
+			r.t.Fatalf("channel %s: event %d has sequence %d: not gap-free", channel, i, ev.Sequence)
+		}
+		types = append(types, ev.Type)
+	}
+	return types
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func bus(id, roleAccount string) destination.Destination {
+	return destination.Destination{ID: id, Account: acct, Connector: destination.EventBridge,
+		BusARN:  "arn:aws:events:us-east-1:" + roleAccount + ":event-bus/" + id,
+		RoleARN: "arn:aws:iam::" + roleAccount + ":role/relay"}
+}
+
+func countIn(types []string, typ string) int {
+	n := 0
+	for _, t := range types {
+		if t == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func TestThousandEventsArriveInOrderExactlyOnceAndRejectedOnesNever(t *testing.T) {
+	rejected := func(m destination.Message) bool { return m.EventID[len(m.EventID)-1] == '3' && m.EventID[len(m.EventID)-2]%3 == 0 }
+	sink := newTestSink(func(_ string, m destination.Message, attempt int) error {
+		switch {
+		case rejected(m):
+			return failures.NewRejected("the bus refused it", nil)
+		case m.EventID[len(m.EventID)-1] == '7' && attempt <= 2:
+			return failures.NewNotTaken("did not take the event: throttled", nil)
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	r.start()
+	var ids []string
+	for i := 0; i < 10; i++ {
+		types := make([]string, 100)
+		for j := range types {
+			types[j] = "job.completed"
+		}
+		ids = append(ids, r.publish(types...)...)
+	}
+	var want []string
+	for _, id := range ids {
+		if !rejected(destination.Message{EventID: id}) {
+			want = append(want, id)
+		}
+	}
+	waitFor(t, "the last event to end", func() bool { return r.state("orders").Cursor != "" && r.state("orders").LastDelivery != nil && r.state("orders").LastDelivery.EventID == want[len(want)-1] })
+	if got := sink.got("orders"); !slices.Equal(got, want) {
+		t.Fatalf("delivered %d events, want %d in arrival order (first difference matters)", len(got), len(want))
+	}
+	for _, id := range ids {
+		if rejected(destination.Message{EventID: id}) && sink.attempts["orders/"+id] != 1 {
+			t.Errorf("rejected %s was tried %d times, want once (it ends)", id, sink.attempts["orders/"+id])
+		}
+	}
+	st := r.state("orders")
+	if st.Status != store.Active {
+		t.Errorf("status %s, want active: rejections were never 20 in a row", st.Status)
+	}
+	types := r.channelTypes(store.DestinationChannel("orders"))
+	if n := countIn(types, "delivery.succeeded"); n != len(want) {
+		t.Errorf("%d delivery.succeeded channel events, want %d", n, len(want))
+	}
+}
+
+func TestNotTakenNeverCountsAndTwentyRejectionsInARowDisable(t *testing.T) {
+	var mode atomic.Value
+	mode.Store("reject")
+	sink := newTestSink(func(_ string, m destination.Message, attempt int) error {
+		switch mode.Load() {
+		case "reject":
+			return failures.NewRejected("AccessDeniedException: the role may not write to the bus", nil)
+		case "throttle":
+			if attempt <= 5 {
+				return failures.NewNotTaken("did not take the event: ThrottlingException", nil)
+			}
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	r.start()
+
+	// 19 rejections, then a delivery: the count goes back to 0, nothing is disabled.
+	r.publish(slices.Repeat([]string{"job.completed"}, 19)...)
+	waitFor(t, "19 rejections", func() bool { return r.state("orders").ConsecutiveFailures == 19 })
+	mode.Store("deliver")
+	ok := r.publish("job.completed")
+	waitFor(t, "the delivery", func() bool { return slices.Contains(sink.got("orders"), ok[0]) })
+	if st := r.state("orders"); st.ConsecutiveFailures != 0 || st.Status != store.Active {
+		t.Fatalf("after 19 rejections and a delivery: %d failures, %s; want 0, active", st.ConsecutiveFailures, st.Status)
+	}
+
+	// Not taken five times, then delivered: never counted.
+	mode.Store("throttle")
+	slow := r.publish("job.completed")
+	waitFor(t, "the throttled event delivered", func() bool { return slices.Contains(sink.got("orders"), slow[0]) })
+	st := r.state("orders")
+	if st.ConsecutiveFailures != 0 {
+		t.Fatalf("not-taken attempts counted: %d", st.ConsecutiveFailures)
+	}
+	if n := countIn(r.channelTypes(store.DestinationChannel("orders")), "delivery.not_taken"); n != 5 {
+		t.Errorf("%d delivery.not_taken channel events, want 5", n)
+	}
+
+	// 20 rejections in a row disable, and the platform is told once.
+	mode.Store("reject")
+	r.publish(slices.Repeat([]string{"job.completed"}, 25)...)
+	waitFor(t, "the destination disabled", func() bool { return r.state("orders").Status == store.Disabled })
+	st = r.state("orders")
+	if st.ConsecutiveFailures != 20 || st.Disabled == nil || st.LastFailure == nil || st.LastFailure.Class != "rejected" {
+		t.Fatalf("disabled state = %+v", st)
+	}
+	notes := r.notes.list()
+	if len(notes) != 1 || notes[0].Type != "destination.disabled" || notes[0].LastFailure == nil {
+		t.Fatalf("operator events = %+v, want one destination.disabled with the last failure", notes)
+	}
+	if n := countIn(r.channelTypes(store.DestinationChannel("orders")), "destination.disabled"); n != 1 {
+		t.Errorf("%d destination.disabled channel events, want 1", n)
+	}
+}
+
+func TestPausedDestinationGetsNothingAndResumesWithNewEvents(t *testing.T) {
+	sink := newTestSink(nil)
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	r.start()
+	first := r.publish("job.completed")
+	waitFor(t, "first delivery", func() bool { return len(sink.got("orders")) == 1 })
+
+	ctx := context.Background()
+	if err := r.d.Pause(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	whilePaused := r.publish("job.completed", "job.failed")
+	if err := r.d.Activate(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	after := r.publish("job.completed")
+	waitFor(t, "the event after activation", func() bool { return slices.Contains(sink.got("orders"), after[0]) })
+	if got, want := sink.got("orders"), []string{first[0], after[0]}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v (events while paused %v are not delivered later)", got, want, whilePaused)
+	}
+	types := r.channelTypes(store.DestinationChannel("orders"))
+	if !slices.Contains(types, "destination.paused") || !slices.Contains(types, "destination.activated") {
+		t.Errorf("channel %v lacks paused/activated", types)
+	}
+	if len(r.notes.list()) != 0 {
+		t.Errorf("a pause published operator events: %+v", r.notes.list())
+	}
+}
+
+func TestOperatorDisableCascadesWithinTheSameCloudAccount(t *testing.T) {
+	sink := newTestSink(nil)
+	other := bus("elsewhere", "444455556666")
+	stream := destination.Destination{ID: "stream", Account: acct, Connector: destination.Kinesis,
+		StreamARN: "arn:aws:kinesis:us-east-1:111122223333:stream/orders", RoleARN: "arn:aws:iam::111122223333:role/relay"}
+	r := newRig(t, sink, bus("orders", "111122223333"), stream, other)
+	ids, err := r.d.Disable(context.Background(), "orders", "customer asked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"orders", "stream"}) {
+		t.Fatalf("disabled %v, want orders and stream (same AWS account)", ids)
+	}
+	for _, id := range ids {
+		if st := r.state(id); st.Status != store.Disabled || st.Disabled == nil {
+			t.Errorf("%s: %+v, want disabled with a reason", id, st)
+		}
+	}
+	if st := r.state("elsewhere"); st.Status != store.Active {
+		t.Errorf("a destination in another AWS account was disabled too")
+	}
+	if n := len(r.notes.list()); n != 2 {
+		t.Errorf("%d operator events, want 2", n)
+	}
+	if _, err := r.d.Disable(context.Background(), "nope", ""); err != ErrNotFound {
+		t.Errorf("unknown id: %v, want ErrNotFound", err)
+	}
+}
+
+func TestSendATestGoesThroughTheSinkAndCounts(t *testing.T) {
+	var refuse atomic.Bool
+	sink := newTestSink(func(_ string, m destination.Message, _ int) error {
+		if m.Type != destination.TestType {
+			return fmt.Errorf("not a test event: %s", m.Type)
+		}
+		if refuse.Load() {
+			return failures.NewRejected("the bus does not exist", nil)
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	out, err := r.d.Test(context.Background(), "orders")
+	if err != nil || out.Class != failures.Delivered {
+		t.Fatalf("test send: %+v, %v", out, err)
+	}
+	refuse.Store(true)
+	out, err = r.d.Test(context.Background(), "orders")
+	if err != nil || out.Class != failures.Rejected || out.Message != "the bus does not exist" {
+		t.Fatalf("test send: %+v, %v", out, err)
+	}
+	if st := r.state("orders"); st.ConsecutiveFailures != 1 {
+		t.Errorf("a rejected test send counted %d, want 1", st.ConsecutiveFailures)
+	}
+	attempts, err := r.store.Attempts(context.Background(), store.Ref{Account: acct, ID: "orders"}, 0, 10)
+	if err != nil || len(attempts) != 2 || attempts[0].Outcome != "rejected" || attempts[1].Outcome != "delivered" {
+		t.Fatalf("attempt log = %+v, %v", attempts, err)
+	}
+}
+
+func TestMessageOlderThanTheAgeLimitEndsUncounted(t *testing.T) {
+	sink := newTestSink(func(_ string, m destination.Message, _ int) error {
+		if m.EventID[len(m.EventID)-1] == '1' {
+			return failures.NewNotTaken("did not take the event: HTTP 503", nil)
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	r.start()
+	r.publish("job.completed", "job.completed")
+	waitFor(t, "the first event retried", func() bool {
+		return countIn(r.channelTypes(store.DestinationChannel("orders")), "delivery.not_taken") >= 2
+	})
+	if len(sink.got("orders")) != 0 {
+		t.Fatal("the second event overtook the first one still waiting")
+	}
+	r.clock.Store(int64(2 * time.Hour)) // past the 1 h age limit: both waiting events end
+	waitFor(t, "both events expired", func() bool {
+		return countIn(r.channelTypes(store.DestinationChannel("orders")), "message.expired") == 2
+	})
+	r.clock.Store(0)
+	later := r.publish("job.completed")
+	waitFor(t, "a later event", func() bool { return slices.Contains(sink.got("orders"), later[0]) })
+	if got := sink.got("orders"); !slices.Equal(got, later) {
+		t.Errorf("delivered %v, want only %v: expired messages are never written", got, later)
+	}
+	if st := r.state("orders"); st.ConsecutiveFailures != 0 {
+		t.Errorf("expiry counted: %d", st.ConsecutiveFailures)
+	}
+}
+
+func TestEventFilterDeliversOnlyTheListedTypes(t *testing.T) {
+	sink := newTestSink(nil)
+	dest := bus("orders", "111122223333")
+	dest.Events = []string{"job.completed"}
+	r := newRig(t, sink, dest)
+	r.start()
+	ids := r.publish("job.failed", "job.completed", "job.failed", "job.completed", "job.failed")
+	waitFor(t, "the cursor past the last event", func() bool {
+		last, _ := r.store.LastLogID(context.Background(), acct)
+		return r.state("orders").Cursor == last
+	})
+	if got, want := sink.got("orders"), []string{ids[1], ids[3]}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+}
+
+func TestRedefinedDestinationAsksWatchersToResyncAndRemovedOneKeepsItsState(t *testing.T) {
+	sink := newTestSink(nil)
+	dest := bus("orders", "111122223333")
+	r := newRig(t, sink, dest)
+	ctx := context.Background()
+	externalID := r.state("orders").ExternalID
+	if externalID == "" {
+		t.Fatal("no ExternalId issued on first sight")
+	}
+	dest.Events = []string{"job.failed"}
+	if err := r.d.SetDestinations(ctx, []destination.Destination{dest}); err != nil {
+		t.Fatal(err)
+	}
+	if types := r.channelTypes(store.DestinationChannel("orders")); !slices.Equal(types, []string{"resync.required"}) {
+		t.Fatalf("channel after redefinition = %v", types)
+	}
+	if err := r.d.SetDestinations(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.d.Destination("orders"); ok {
+		t.Fatal("removed destination still configured")
+	}
+	if err := r.d.SetDestinations(ctx, []destination.Destination{dest}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.state("orders").ExternalID; got != externalID {
+		t.Fatalf("ExternalId changed from %s to %s", externalID, got)
+	}
+}
+
+func TestStaleLeaseHolderCannotCommit(t *testing.T) {
+	r := newRig(t, newTestSink(nil), bus("orders", "111122223333"))
+	ctx := context.Background()
+	ref := store.Ref{Account: acct, ID: "orders"}
+	old, err := r.store.AcquireLease(ctx, ref, "replica-a", 50*time.Millisecond)
+	if err != nil || old == 0 {
+		t.Fatalf("acquire: %d, %v", old, err)
+	}
+	waitFor(t, "the lease to expire", func() bool {
+		tok, err := r.store.AcquireLease(ctx, ref, "replica-b", time.Minute)
+		return err == nil && tok > old
+	})
+	ids := r.publish("job.completed")
+	last, _ := r.store.LastLogID(ctx, acct)
+	cfg := delivery()
+	_, err = r.store.Commit(ctx, store.Commit{Ref: ref, Token: old, Kind: store.KindDelivered, Cursor: last, EventID: ids[0],
+		DisableAfter: 20, ChannelRetention: cfg.ChannelRetention, AttemptsRetention: cfg.AttemptsRetention})
+	if err != store.ErrStaleLease {
+		t.Fatalf("commit with a superseded token: %v, want ErrStaleLease", err)
+	}
+	if st := r.state("orders"); st.Cursor == last || st.LastDelivery != nil {
+		t.Fatalf("a stale commit changed the state: %+v", st)
+	}
+}
+
+func TestStoreIDIsReadByTheAccountsPath(t *testing.T) {
+	data := []byte(`{"metadata":{"store_id":"st_9","shop":{"id":42}},"x":1}`)
+	for _, c := range []struct {
+		paths []string
+		want  string
+	}{
+		{nil, "st_9"},
+		{[]string{"metadata.shop.id"}, "42"},
+		{[]string{"metadata.nothing", "metadata.store_id"}, "st_9"},
+		{[]string{"x.y"}, ""},
+	} {
+		if got := storeID(data, c.paths); got != c.want {
+			t.Errorf("storeID(%v) = %q, want %q", c.paths, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store"
+)
+
+// sendTimeout bounds one write; it is not tied to shutdown, so a write in flight at
+// SIGTERM finishes and is committed.
+const sendTimeout = 30 * time.Second
+
+// readBatch is how many log entries a worker reads at a time.
+const readBatch = 64
+
+// worker delivers one destination's events in order while its lease is held.
+type worker struct {
+	d        *Dispatcher
+	dest     destination.Destination
+	token    int64
+	cancel   context.CancelFunc
+	finished chan struct{}
+}
+
+func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64) *worker {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &worker{d: d, dest: dest, token: token, cancel: cancel, finished: make(chan struct{})}
+	go func() {
+		defer close(w.finished)
+		w.run(wctx)
+	}()
+	return w
+}
+
+func (w *worker) stop() { w.cancel() }
+
+func (w *worker) done() bool {
+	select {
+	case <-w.finished:
+		return true
+	default:
+		return false
+	}
+}
+
+// errStop ends the worker's current pass: the destination is not active any more, the
+// lease was lost, or the replica is shutting down.
+var errStop = errors.New("stop delivering")
+
+func (w *worker) run(ctx context.Context) {
+	log := w.d.opts.Logger.With("destination", w.dest.ID)
+	r := ref(w.dest)
+	for ctx.Err() == nil {
+		wake := w.d.wakeChan(w.dest.Account) // taken before reading, so no append is missed
+		st, err := w.d.opts.Store.LoadState(ctx, r)
+		if err != nil {
+			log.Warn("cannot load destination state", "error", err)
+			w.idle(ctx, wake)
+			continue
+		}
+		if st.Status != store.Active {
+			w.idle(ctx, wake)
+			continue
+		}
+		dest := w.dest
+		dest.ExternalID = st.ExternalID
+		entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
+		if err != nil {
+			log.Warn("cannot read the account log", "error", err)
+			w.idle(ctx, wake)
+			continue
+		}
+		if len(entries) == 0 {
+			w.idle(ctx, wake)
+			continue
+		}
+		if err := w.deliverAll(ctx, dest, entries); errors.Is(err, store.ErrStaleLease) {
+			log.Warn("lease superseded; another replica delivers now")
+			return
+		}
+	}
+}
+
+// deliverAll takes entries in order; it returns early when the destination stops.
+func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, entries []store.LogEntry) error {
+	skipped := ""
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return errStop
+		}
+		if !dest.Wants(e.Type) {
+			skipped = e.ID
+			continue
+		}
+		skipped = ""
+		if err := w.deliver(ctx, dest, e); err != nil {
+			return err // errStop: run reloads the state; a stale lease ends the worker
+		}
+	}
+	if skipped != "" { // the batch ended on filtered-out events: move past them
+		_, err := w.commit(ctx, store.Commit{Kind: store.KindSkip, Cursor: skipped})
+		return err
+	}
+	return nil
+}
+
+// deliver writes one event until it ends: delivered, rejected or expired. A not-taken
+// attempt is committed (it shows on the card, never counts) and retried with backoff,
+// holding the destination's later events behind it.
+func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
+	cfg := w.d.opts.Delivery
+	msg := w.d.message(dest, e)
+	wait := cfg.NotTakenBackoff.Initial
+	arrived := store.EntryTime(e.ID)
+	for {
+		if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
+			_, err := w.commit(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
+				MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
+			return err
+		}
+		sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
+		started := time.Now()
+		err := w.d.sink(dest).Send(sendCtx, dest, msg)
+		cancel()
+		outcome := failures.Classify(err)
+		w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
+		c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message}
+		if outcome.Class != failures.NotTaken {
+			c.Cursor = e.ID
+		}
+		w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
+			"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)
+		res, err := w.commit(ctx, c)
+		if err != nil {
+			return err
+		}
+		if res.Status != store.Active {
+			return errStop // paused or disabled meanwhile: nothing more is sent
+		}
+		if outcome.Class != failures.NotTaken {
+			return nil
+		}
+		pause := wait/2 + rand.N(wait/2+1)
+		sleep(ctx, pause)
+		if ctx.Err() != nil {
+			return errStop
+		}
+		wait = min(2*wait, cfg.NotTakenBackoff.Max)
+	}
+}
+
+// commit records an outcome, retrying while Redis is unreachable: a write that landed
+// must not be forgotten (a crash here re-sends it: at-least-once, receivers dedup).
+func (w *worker) commit(ctx context.Context, c store.Commit) (store.Committed, error) {
+	cfg := w.d.opts.Delivery
+	c.Ref, c.Token = ref(w.dest), w.token
+	c.DisableAfter, c.ChannelRetention, c.AttemptsRetention = cfg.DisableAfter, cfg.ChannelRetention, cfg.AttemptsRetention
+	wait := 50 * time.Millisecond
+	for {
+		res, err := w.d.opts.Store.Commit(context.WithoutCancel(ctx), c)
+		if err == nil {
+			if res.Disabled {
+				w.d.announceDisabled(ctx, w.dest)
+			}
+			return res, nil
+		}
+		if errors.Is(err, store.ErrStaleLease) || errors.Is(err, store.ErrUnknownDestination) {
+			return res, store.ErrStaleLease
+		}
+		w.d.opts.Logger.Warn("commit failed; retrying", "destination", w.dest.ID, "error", err)
+		if ctx.Err() != nil && wait > 2*time.Second {
+			return res, errStop
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// idle waits for new log entries, a poll interval, or shutdown.
+func (w *worker) idle(ctx context.Context, wake <-chan struct{}) {
+	t := time.NewTimer(w.d.opts.Poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-t.C:
+	}
+}
+
+func (d *Dispatcher) sink(dest destination.Destination) Sink {
+	if s, ok := d.opts.Sinks[dest.Connector]; ok {
+		return s
+	}
+	return missingSink{}
+}
+
+// missingSink answers for a connector this relay was started without.
+type missingSink struct{}
+
+func (missingSink) Send(context.Context, destination.Destination, destination.Message) error {
+	return failures.NewNotTaken("did not take the event: this relay has no sink for the connector configured", nil)
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ChannelEvent is one stored channel event.
+type ChannelEvent struct {
+	Sequence int64
+	Type     string
+	Time     time.Time
+	Data     json.RawMessage
+}
+
+// ChannelPage is one replay page.
+type ChannelPage struct {
+	Events  []ChannelEvent
+	More    bool  // events after the page exist
+	Expired bool  // after is older than the oldest retained event: load a snapshot
+	Last    int64 // the channel's current sequence
+}
+
+// ReadChannel returns up to limit events of an account's channel with sequence > after.
+// A cursor older than retention comes back Expired.
+func (s *Store) ReadChannel(ctx context.Context, acct, channel string, after int64, limit int64) (ChannelPage, error) {
+	key := chanKey(acct, channel)
+	pipe := s.rdb.Pipeline()
+	first := pipe.XRangeN(ctx, key, "-", "+", 1)
+	page := pipe.XRangeN(ctx, key, "("+strconv.FormatInt(after, 10)+"-0", "+", limit+1)
+	last := pipe.Get(ctx, chanSeqKey(acct, channel))
+	_, _ = pipe.Exec(ctx) // a missing counter is redis.Nil; real errors show on the commands below
+	if err := page.Err(); err != nil {
+		return ChannelPage{}, err
+	}
+	var out ChannelPage
+	out.Last, _ = strconv.ParseInt(last.Val(), 10, 64)
+	// after=0 replays from the first retained event; any other cursor must not point
+	// before what retention kept.
+	oldest := out.Last + 1 // everything up to Last was trimmed away
+	if f := first.Val(); len(f) > 0 {
+		oldest = seqOf(f[0].ID)
+	}
+	if after > 0 && after < oldest-1 {
+		out.Expired = true
+		return out, nil
+	}
+	msgs := page.Val()
+	if int64(len(msgs)) > limit {
+		msgs, out.More = msgs[:limit], true
+	}
+	for _, m := range msgs {
+		ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
+		out.Events = append(out.Events, ChannelEvent{
+			Sequence: seqOf(m.ID), Type: str(m.Values["type"]), Time: time.UnixMilli(ms).UTC(),
+			Data: json.RawMessage(str(m.Values["data"])),
+		})
+	}
+	return out, nil
+}
+
+func seqOf(id string) int64 {
+	n, _ := strconv.ParseInt(strings.SplitN(id, "-", 2)[0], 10, 64)
+	return n
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+// ChannelSequence is a channel's current sequence (0 before its first event).
+func (s *Store) ChannelSequence(ctx context.Context, acct, channel string) (int64, error) {
+	n, err := s.rdb.Get(ctx, chanSeqKey(acct, channel)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// Attempt is one entry of a destination's attempt log.
+type Attempt struct {
+	N       int64     `json:"n"`
+	At      time.Time `json:"at"`
+	EventID string    `json:"event_id"`
+	Outcome string    `json:"outcome"`
+	Message string    `json:"message"`
+}
+
+// Attempts returns up to limit attempts numbered below before (0: the newest), newest first.
+func (s *Store) Attempts(ctx context.Context, r Ref, before, limit int64) ([]Attempt, error) {
+	end := "+"
+	if before > 0 {
+		end = "(" + strconv.FormatInt(before, 10) + "-0"
+	}
+	msgs, err := s.rdb.XRevRangeN(ctx, attemptsKey(r.Account, r.ID), end, "-", limit).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Attempt, len(msgs))
+	for i, m := range msgs {
+		ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
+		out[i] = Attempt{N: seqOf(m.ID), At: time.UnixMilli(ms).UTC(), EventID: str(m.Values["event_id"]),
+			Outcome: str(m.Values["outcome"]), Message: str(m.Values["message"])}
+	}
+	return out, nil
+}

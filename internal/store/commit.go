@@ -1,0 +1,135 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Outcome kinds a commit records.
+const (
+	KindDelivered = "delivered"
+	KindRejected  = "rejected"
+	KindNotTaken  = "not_taken"
+	KindExpired   = "expired" // the message outlived its age limit: ends, not counted
+	KindSkip      = "skip"    // filtered out: only the cursor moves
+)
+
+// Commit is the outcome of one attempt at one destination.
+type Commit struct {
+	Ref
+	Token     int64  // the lease's fencing token; 0 for a test send (no lease, no cursor)
+	Kind      string // one of the Kind constants
+	Cursor    string // log id the message ends at ("" leaves the cursor: not taken, test)
+	EventID   string
+	MessageID string
+	Message   string // the sentence the card shows
+	Test      bool   // a send-a-test attempt
+
+	DisableAfter      int
+	ChannelRetention  time.Duration
+	AttemptsRetention time.Duration
+}
+
+// Committed is what a commit left behind.
+type Committed struct {
+	Status   string // the destination's status after the commit
+	Disabled bool   // this commit disabled the destination (the count reached DisableAfter)
+	Sequence int64  // the destination channel's sequence after the commit
+}
+
+// ErrStaleLease is returned when the commit's fencing token is no longer the
+// destination's: another replica holds the lease now.
+var ErrStaleLease = errors.New("lease token superseded: another replica delivers for this destination")
+
+var commitScript = redis.NewScript(luaPrelude + `
+local token, kind, cursor = ARGV[1], ARGV[2], ARGV[3]
+local event_id, message_id, message = ARGV[4], ARGV[5], ARGV[6]
+local now_ms, iso = tonumber(ARGV[7]), ARGV[8]
+local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local dest_id, is_test = ARGV[12], ARGV[13] == '1'
+if token ~= '0' and redis.call('HGET', KEYS[1], 'lease_token') ~= token then
+  return redis.error_reply('STALE lease token superseded')
+end
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
+if cursor ~= '' and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then
+  redis.call('HSET', KEYS[1], 'cursor', cursor)
+end
+if kind == 'skip' then
+  return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0')}
+end
+local failures = tonumber(redis.call('HGET', KEYS[1], 'consecutive_failures') or '0')
+local etype
+local fields = {destination = dest_id, event_id = event_id, message_id = message_id, message = message, test = is_test}
+if kind == 'delivered' then
+  failures = 0
+  redis.call('HSET', KEYS[1], 'last_delivery', cjson.encode({at = iso, event_id = event_id}))
+  etype = 'delivery.succeeded'
+elseif kind == 'rejected' then
+  failures = failures + 1
+  redis.call('HSET', KEYS[1], 'last_failure', cjson.encode({at = iso, event_id = event_id, class = 'rejected', message = message}))
+  etype = 'delivery.rejected'
+elseif kind == 'not_taken' then
+  redis.call('HSET', KEYS[1], 'last_failure', cjson.encode({at = iso, event_id = event_id, class = 'not_taken', message = message}))
+  etype = 'delivery.not_taken'
+else
+  etype = 'message.expired'
+end
+fields.class = kind
+redis.call('HSET', KEYS[1], 'consecutive_failures', failures)
+-- The attempt log: kept longer than channel events, for the card's attempts page.
+local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('XADD', KEYS[6], n .. '-0', 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
+local first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1]
+if first and tonumber(first[2][2]) < attempts_cutoff then
+  local old = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 256)
+  local keep = n .. '-0'
+  for _, e in ipairs(old) do
+    if tonumber(e[2][2]) >= attempts_cutoff then keep = e[1]; break end
+  end
+  redis.call('XTRIM', KEYS[6], 'MINID', keep)
+end
+local seq = emit_both(etype, now_ms, cutoff, fields)
+local disabled = 0
+if kind == 'rejected' and failures >= disable_after and status == 'active' then
+  local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
+  redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = reason}))
+  status = 'disabled'
+  disabled = 1
+  seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason})
+end
+return {status, disabled, seq}
+`)
+
+// Commit records one attempt atomically: the cursor, the count, the last failure or
+// delivery, the attempt log and the channel events — or nothing, when the lease token
+// is stale (ErrStaleLease).
+func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
+	now := time.Now()
+	keys := append(c.Ref.chanKeys(), attemptsKey(c.Account, c.ID))
+	test := "0"
+	if c.Test {
+		test = "1"
+	}
+	res, err := commitScript.Run(ctx, s.rdb, keys,
+		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, c.Message,
+		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
+		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
+	).Slice()
+	switch {
+	case redis.HasErrorPrefix(err, "STALE"):
+		return Committed{}, ErrStaleLease
+	case redis.HasErrorPrefix(err, "UNKNOWN"):
+		return Committed{}, ErrUnknownDestination
+	case err != nil:
+		return Committed{}, err
+	}
+	status, _ := res[0].(string)
+	disabled, _ := res[1].(int64)
+	seq, _ := res[2].(int64)
+	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq}, nil
+}

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// acquireScript takes or renews a destination's lease. A new holder gets the next
+// fencing token from the destination hash; every commit checks it, so a replica that
+// lost its lease (paused process, network split) can never commit again.
+var acquireScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then
+  local owner, tok = string.match(v, '^(.*)|(%d+)$')
+  if owner == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(tok)
+  end
+  return 0
+end
+local tok = redis.call('HINCRBY', KEYS[2], 'lease_token', 1)
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
+return tok
+`)
+
+// AcquireLease takes the destination's lease for owner, or renews it when owner holds
+// it already. It returns the fencing token, or 0 when another replica holds the lease.
+func (s *Store) AcquireLease(ctx context.Context, r Ref, owner string, ttl time.Duration) (int64, error) {
+	return acquireScript.Run(ctx, s.rdb, []string{leaseKey(r.Account, r.ID), destKey(r.Account, r.ID)},
+		owner, ttl.Milliseconds()).Int64()
+}
+
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// ReleaseLease gives the lease up, if owner still holds it with token.
+func (s *Store) ReleaseLease(ctx context.Context, r Ref, owner string, token int64) error {
+	return releaseScript.Run(ctx, s.rdb, []string{leaseKey(r.Account, r.ID)}, owner+"|"+strconv.FormatInt(token, 10)).Err()
+}
+
+// Heartbeat records owner as a live replica and returns how many replicas are live
+// (seen within ttl), so each can take its fair share of destinations.
+func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) (int64, error) {
+	now := time.Now().UnixMilli()
+	pipe := s.rdb.TxPipeline()
+	pipe.ZAdd(ctx, replicasKey, redis.Z{Score: float64(now), Member: owner})
+	pipe.ZRemRangeByScore(ctx, replicasKey, "-inf", strconv.FormatInt(now-ttl.Milliseconds(), 10))
+	n := pipe.ZCard(ctx, replicasKey)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	return n.Val(), nil
+}
+
+// Leave removes owner from the live replicas at shutdown.
+func (s *Store) Leave(ctx context.Context, owner string) error {
+	return s.rdb.ZRem(ctx, replicasKey, owner).Err()
+}

@@ -1,0 +1,54 @@
+package store
+
+// luaPrelude holds the helpers every state-changing script shares. Each script that
+// changes a destination appends its channel events in the same call, so a channel never
+// shows a change that did not happen, nor misses one that did.
+const luaPrelude = `
+local function dec(s)
+  if s and s ~= '' then return cjson.decode(s) end
+  return cjson.null
+end
+
+-- card_state is the part of a card a channel event carries: a watcher applies it whole.
+local function card_state(destkey)
+  local h = redis.call('HMGET', destkey, 'status', 'consecutive_failures', 'last_failure', 'last_delivery', 'disabled')
+  return {status = h[1] or 'active', consecutive_failures = tonumber(h[2] or '0'),
+          last_failure = dec(h[3]), last_delivery = dec(h[4]), disabled = dec(h[5])}
+end
+
+-- emit appends one event to a channel with the next gap-free sequence, and trims the
+-- channel of events older than cutoff (ms), a bounded amount of work per call.
+local function emit(stream, seqkey, etype, now_ms, cutoff, data)
+  local seq = redis.call('INCR', seqkey)
+  redis.call('XADD', stream, seq .. '-0', 'type', etype, 'at', now_ms, 'data', data)
+  local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
+  if first and tonumber(first[2][4]) < cutoff then
+    local old = redis.call('XRANGE', stream, '-', '+', 'COUNT', 256)
+    local keep = nil
+    for _, e in ipairs(old) do
+      if tonumber(e[2][4]) >= cutoff then keep = e[1]; break end
+    end
+    if not keep then keep = (tonumber(string.match(old[#old][1], '^(%d+)')) + 1) .. '-0' end
+    redis.call('XTRIM', stream, 'MINID', keep)
+  end
+  return seq
+end
+
+-- emit_both appends the same happening to the destination's and the account's channel.
+-- KEYS[1] is the destination hash, KEYS[2..5] the two channels and their counters.
+local function emit_both(etype, now_ms, cutoff, fields)
+  fields.state = card_state(KEYS[1])
+  local data = cjson.encode(fields)
+  local seq = emit(KEYS[2], KEYS[3], etype, now_ms, cutoff, data)
+  emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, data)
+  return seq
+end
+
+-- id_after reports whether stream id a comes after b.
+local function id_after(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am > bm or (am == bm and as > bs)
+end
+`
