@@ -49,13 +49,13 @@ type Options struct {
 	Store    *store.Store
 	Sinks    map[destination.Connector]Sink
 	Delivery config.Delivery
-	Owner    string              // this replica's name in leases; random when empty
-	Accounts []config.Account    // for each account's store id path
-	Notifier Notifier            // nil: operator events are only logged
-	Logger   *slog.Logger        // nil: discarded
-	Metrics  *Metrics            // nil: not exported
-	Poll     time.Duration       // how often an idle worker looks again without a wake-up (default 1s)
-	Now      func() time.Time    // nil: time.Now
+	Owner    string           // this replica's name in leases; random when empty
+	Accounts []config.Account // for each account's store id path
+	Notifier Notifier         // nil: operator events are only logged
+	Logger   *slog.Logger     // nil: discarded
+	Metrics  *Metrics         // nil: not exported
+	Poll     time.Duration    // how often an idle worker looks again without a wake-up (default 1s)
+	Now      func() time.Time // nil: time.Now
 }
 
 // ErrNotFound is returned for a destination id the config does not define.
@@ -166,7 +166,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-func ref(dest destination.Destination) store.Ref { return store.Ref{Account: dest.Account, ID: dest.ID} }
+func ref(dest destination.Destination) store.Ref {
+	return store.Ref{Account: dest.Account, ID: dest.ID}
+}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -192,7 +192,9 @@ func countIn(types []string, typ string) int {
 }
 
 func TestThousandEventsArriveInOrderExactlyOnceAndRejectedOnesNever(t *testing.T) {
-	rejected := func(m destination.Message) bool { return m.EventID[len(m.EventID)-1] == '3' && m.EventID[len(m.EventID)-2]%3 == 0 }
+	rejected := func(m destination.Message) bool {
+		return m.EventID[len(m.EventID)-1] == '3' && m.EventID[len(m.EventID)-2]%3 == 0
+	}
 	sink := newTestSink(func(_ string, m destination.Message, attempt int) error {
 		switch {
 		case rejected(m):
@@ -218,7 +220,9 @@ func TestThousandEventsArriveInOrderExactlyOnceAndRejectedOnesNever(t *testing.T
 			want = append(want, id)
 		}
 	}
-	waitFor(t, "the last event to end", func() bool { return r.state("orders").Cursor != "" && r.state("orders").LastDelivery != nil && r.state("orders").LastDelivery.EventID == want[len(want)-1] })
+	waitFor(t, "the last event to end", func() bool {
+		return r.state("orders").Cursor != "" && r.state("orders").LastDelivery != nil && r.state("orders").LastDelivery.EventID == want[len(want)-1]
+	})
 	if got := sink.got("orders"); !slices.Equal(got, want) {
 		t.Fatalf("delivered %d events, want %d in arrival order (first difference matters)", len(got), len(want))
 	}
