@@ -94,11 +94,23 @@ stop_pid() {
 cmd_install() {
 	if command -v redis-server >/dev/null && test -x "$RABBIT_SERVER"; then
 		log "rabbitmq-server and redis-server already installed"
-		return
+	else
+		log "installing rabbitmq-server and redis-server"
+		apt-get update >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server redis-server >&2
 	fi
-	log "installing rabbitmq-server and redis-server"
-	apt-get update >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server redis-server >&2
+	if ! command -v npm >/dev/null; then
+		log "installing nodejs and npm (for kinesalite)"
+		apt-get update >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm >&2
+	fi
+	# kinesalite, the Kinesis peer; internal/awstest finds it in this directory.
+	local kdir=${KINESALITE_DIR:-$HOME/.cache/relay-test/kinesalite-3.3.3}
+	if [[ ! -d $kdir/node_modules/kinesalite ]]; then
+		log "installing kinesalite@3.3.3 into $kdir"
+		mkdir -p "$kdir"
+		npm install --no-audit --no-fund --no-save --prefix "$kdir" kinesalite@3.3.3 >&2
+	fi
 }
 
 start_redis() {

@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/ingest"
+	"github.com/mercamap/relay/internal/notify"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
 )
@@ -73,10 +77,44 @@ func serve(ctx context.Context, e env, cfg *config.Config, log *slog.Logger) err
 		Metrics:      ingest.NewMetrics(reg),
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
 	})
+	sinks, closeSinks, err := buildSinks(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeSinks()
+	notifier := notify.New(cfg.RabbitMQ.URL, cfg.Delivery.OperatorEventsExchange)
+	defer notifier.Close()
+	disp := dispatch.New(dispatch.Options{
+		Store:    st,
+		Sinks:    sinks,
+		Delivery: cfg.Delivery,
+		Owner:    replicaName(),
+		Accounts: cfg.Accounts,
+		Notifier: notifier,
+		Logger:   log.With("component", "dispatch"),
+		Metrics:  dispatch.NewMetrics(reg),
+	})
+	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
+		return fmt.Errorf("load destination state from redis: %w", err)
+	}
+
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations))
-	err = consumer.Run(ctx)
+	var wg sync.WaitGroup
+	var ingestErr error
+	wg.Add(2)
+	go func() { defer wg.Done(); ingestErr = consumer.Run(ctx) }()
+	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
+	wg.Wait()
 	log.Info("relay stopped")
-	return err
+	return ingestErr
+}
+
+// replicaName names this process in destination leases: unique per start.
+func replicaName() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }
 
 // failpoint returns the hook a failure drill asks for through RELAY_TEST_FAILPOINT:

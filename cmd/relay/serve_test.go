@@ -65,7 +65,7 @@ func startRelay(t *testing.T, bin, cfg string, extraEnv ...string) (*exec.Cmd, *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	return cmd, &logs
 }
 
@@ -88,14 +88,14 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-	waitUntil(t, 30*time.Second, "the relay to declare its queue", func() bool {
+	waitUntil(t, 30*time.Second, "the relay to consume (queue declared and bound)", func() bool {
 		probe, err := conn.Channel()
 		if err != nil {
 			return false
 		}
 		defer probe.Close()
-		_, err = probe.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
-		return err == nil
+		q, err := probe.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		return err == nil && q.Consumers > 0
 	})
 	key, _ := hex.DecodeString(testKeyHex)
 	job := jobevent.Job{ID: "0190f2a4-dead-7000-8000-000000000001", Status: "completed"}
@@ -106,7 +106,7 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 	if err != nil || !dc.Wait() {
 		t.Fatalf("publish: %v", err)
 	}
-	err = first.Wait()
+	err = waitExit(t, first, 30*time.Second, logs)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("first relay ended with %v, want SIGKILL; logs:\n%s", err, logs)
@@ -144,7 +144,7 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := second.Wait(); err != nil {
+	if err := waitExit(t, second, 30*time.Second, logs); err != nil {
 		t.Fatalf("second relay did not stop cleanly on SIGTERM: %v\n%s", err, logs)
 	}
 	if n := ready(); n != 0 {
@@ -163,5 +163,22 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitExit waits for a relay process to end, failing the test (with its logs) when it
+// does not within timeout.
+func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration, logs fmt.Stringer) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		_ = cmd.Process.Signal(syscall.SIGQUIT) // dumps its goroutines into the logs
+		<-done
+		t.Fatalf("relay did not exit within %s; logs:\n%s", timeout, logs)
+		return nil
 	}
 }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mercamap/relay/internal/assume"
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/sinks/eventbridge"
+	"github.com/mercamap/relay/internal/sinks/kinesis"
+	"github.com/mercamap/relay/internal/sinks/pubsub"
+)
+
+// buildSinks makes one Sink per connector from the config. Our own cloud identities
+// (the AWS default credential chain, Google's Application Default Credentials) are
+// only looked up when a write needs them, so a relay without cloud credentials still
+// starts and shows "did not take the event" on those destinations' cards.
+func buildSinks(ctx context.Context, cfg *config.Config) (map[destination.Connector]dispatch.Sink, func(), error) {
+	awsCfg, err := assume.OwnConfig(ctx, cfg.AWS.Region)
+	if err != nil {
+		return nil, nil, fmt.Errorf("aws: %w", err)
+	}
+	name := cfg.Identity.NameOrDefault()
+	assumer := assume.New(assume.Options{
+		STS:          assume.NewSTSClient(awsCfg, cfg.AWS.Endpoints["sts"]),
+		IdentityName: name,
+		PrincipalARN: cfg.Identity.AWSPrincipalARN,
+	})
+	ps := pubsub.New(ctx, pubsub.Options{
+		Identity: cfg.Identity,
+		Endpoint: cfg.GCP.PubSubEndpoint,
+		Recheck:  cfg.Delivery.LabelRecheck,
+	})
+	sinks := map[destination.Connector]dispatch.Sink{
+		destination.EventBridge: eventbridge.New(eventbridge.Options{AWS: awsCfg, Assumer: assumer, IdentityName: name,
+			Endpoint: cfg.AWS.Endpoints["events"]}),
+		destination.Kinesis: kinesis.New(kinesis.Options{AWS: awsCfg, Assumer: assumer, Endpoint: cfg.AWS.Endpoints["kinesis"]}),
+		destination.PubSub:  ps,
+	}
+	return sinks, func() { _ = ps.Close() }, nil
+}

@@ -1,0 +1,155 @@
+package awstest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// EventBridge answers AWSEvents.PutEvents (awsJson1.1) and keeps the entries it took,
+// in order. Injected failures are answered without taking anything.
+type EventBridge struct {
+	URL string
+
+	mu       sync.Mutex
+	entries  []Entry
+	requests int
+	sts      *STS
+	fail     queue[ebFailure]
+}
+
+// Entry is one PutEvents entry the bus took.
+type Entry struct {
+	EventBusName, Source, DetailType, Detail string
+	Time                                     time.Time
+	Resources                                []string
+	AccessKeyID                              string // the key that signed the write
+}
+
+type ebFailure struct {
+	f     Failure
+	entry bool // a 200 with FailedEntryCount 1, rather than a request error
+}
+
+// NewEventBridge starts the server on 127.0.0.1, closed when the test ends.
+func NewEventBridge(t testing.TB) *EventBridge {
+	e := &EventBridge{}
+	srv := httptest.NewServer(http.HandlerFunc(e.serve))
+	t.Cleanup(srv.Close)
+	e.URL = srv.URL
+	return e
+}
+
+// RequireSessionFrom makes every write prove it was signed with a live session s handed
+// out whose session policy allows events:PutEvents on the bus, as AWS would check.
+func (e *EventBridge) RequireSessionFrom(s *STS) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sts = s
+}
+
+// FailNext answers the next n PutEvents calls with the request error f.
+func (e *EventBridge) FailNext(n int, f Failure) { e.fail.push(n, ebFailure{f: f}) }
+
+// FailEntries answers the next n PutEvents calls with 200, FailedEntryCount 1 and the
+// entry's ErrorCode and ErrorMessage.
+func (e *EventBridge) FailEntries(n int, code, message string) {
+	e.fail.push(n, ebFailure{f: Failure{Code: code, Message: message}, entry: true})
+}
+
+// Entries returns the entries taken so far, in order.
+func (e *EventBridge) Entries() []Entry {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Entry(nil), e.entries...)
+}
+
+// Requests counts the PutEvents calls received, failed ones included.
+func (e *EventBridge) Requests() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.requests
+}
+
+// maxEntrySize is EventBridge's limit on one entry as AWS counts it.
+const maxEntrySize = 256 * 1024
+
+func (e *EventBridge) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.Header.Get("X-Amz-Target") != "AWSEvents.PutEvents" {
+		writeJSONError(w, Failure{400, "UnknownOperationException", "only AWSEvents.PutEvents is served here"})
+		return
+	}
+	e.mu.Lock()
+	e.requests++
+	sts := e.sts
+	e.mu.Unlock()
+
+	var in struct {
+		Entries []struct {
+			EventBusName, Source, DetailType, Detail string
+			Time                                     *json.Number
+			Resources                                []string
+		}
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || len(in.Entries) == 0 || len(in.Entries) > 10 {
+		writeJSONError(w, Failure{400, "ValidationException", fmt.Sprintf("PutEvents takes 1 to 10 entries (%v)", err)})
+		return
+	}
+	if f, ok := e.fail.pop(); ok {
+		if !f.entry {
+			writeJSONError(w, f.f)
+			return
+		}
+		writeJSON(w, map[string]any{"FailedEntryCount": 1,
+			"Entries": []map[string]string{{"ErrorCode": f.f.Code, "ErrorMessage": f.f.Message}}})
+		return
+	}
+	var took []Entry
+	size := 0
+	for _, x := range in.Entries {
+		if x.Source == "" || x.DetailType == "" || !json.Valid([]byte(x.Detail)) {
+			writeJSONError(w, Failure{400, "ValidationException", "each entry needs Source, DetailType and a JSON Detail"})
+			return
+		}
+		if sts != nil {
+			if f, ok := sts.authorize(r, "events:PutEvents", x.EventBusName); !ok {
+				writeJSONError(w, f)
+				return
+			}
+		}
+		size += 14 + len(x.Source) + len(x.DetailType) + len(x.Detail)
+		for _, res := range x.Resources {
+			size += len(res)
+		}
+		ent := Entry{EventBusName: x.EventBusName, Source: x.Source, DetailType: x.DetailType, Detail: x.Detail,
+			Resources: x.Resources, AccessKeyID: accessKeyID(r)}
+		if x.Time != nil {
+			secs, _ := x.Time.Float64()
+			whole, frac := math.Modf(secs)
+			ent.Time = time.Unix(int64(whole), int64(frac*1e9)).UTC().Round(time.Millisecond)
+		}
+		took = append(took, ent)
+	}
+	if size > maxEntrySize {
+		writeJSONError(w, Failure{400, "ValidationException", "Total size of the entries in the request is over the limit."})
+		return
+	}
+	e.mu.Lock()
+	e.entries = append(e.entries, took...)
+	e.mu.Unlock()
+	out := make([]map[string]string, len(took))
+	for i := range out {
+		out[i] = map[string]string{"EventId": randomHex(16)}
+	}
+	writeJSON(w, map[string]any{"FailedEntryCount": 0, "Entries": out})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,287 @@
+package awstest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// STS answers AssumeRole over the Query wire format, enforcing each registered role's
+// trust policy the way real STS does: one AccessDenied for no trust, a wrong ExternalId
+// and a missing one. Unregistered roles trust nobody.
+type STS struct {
+	URL string
+
+	mu       sync.Mutex
+	roles    map[string]trust
+	requests []AssumeRoleRequest
+	issued   map[string]AssumeRoleRequest // session access key id → the request that got it
+	fail     queue[Failure]
+}
+
+type trust struct {
+	anyone     bool   // the role does not check sts:ExternalId
+	externalID string // required ExternalId; "" with anyone false trusts nobody
+}
+
+// AssumeRoleRequest is one AssumeRole call as STS received it.
+type AssumeRoleRequest struct {
+	RoleARN, RoleSessionName, ExternalID, Policy string
+	DurationSeconds                              int
+	CallerKeyID                                  string // the key that signed the call: our own identity
+	Granted                                      bool
+	AccessKeyID                                  string // of the session handed out, when Granted
+	Expiration                                   time.Time
+}
+
+// NewSTS starts an STS on 127.0.0.1, closed when the test ends.
+func NewSTS(t testing.TB) *STS {
+	s := &STS{roles: map[string]trust{}, issued: map[string]AssumeRoleRequest{}}
+	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+// RequireExternalID registers a role whose trust policy requires exactly externalID.
+func (s *STS) RequireExternalID(roleARN, externalID string) {
+	s.setRole(roleARN, trust{externalID: externalID})
+}
+
+// AllowAny registers a role that lets our principal in with any ExternalId, or none:
+// the misconfiguration the probe exists to catch.
+func (s *STS) AllowAny(roleARN string) { s.setRole(roleARN, trust{anyone: true}) }
+
+// TrustNobody registers a role whose trust policy does not name our principal.
+func (s *STS) TrustNobody(roleARN string) { s.setRole(roleARN, trust{}) }
+
+func (s *STS) setRole(roleARN string, tr trust) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roles[roleARN] = tr
+}
+
+// FailNext answers the next n calls with f instead of looking at them. A zero Failure
+// answers normally, so FailNext(1, Failure{}) then FailNext(1, f) fails the second call.
+func (s *STS) FailNext(n int, f Failure) { s.fail.push(n, f) }
+
+// Requests returns every AssumeRole call received so far, in order.
+func (s *STS) Requests() []AssumeRoleRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]AssumeRoleRequest(nil), s.requests...)
+}
+
+// Session returns the AssumeRole call that handed out accessKeyID.
+func (s *STS) Session(accessKeyID string) (AssumeRoleRequest, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.issued[accessKeyID]
+	return r, ok
+}
+
+// STS's documented limits on the parameters the relay sends.
+var (
+	sessionNameRe = regexp.MustCompile(`^[\w+=,.@-]{2,64}$`)
+	externalIDRe  = regexp.MustCompile(`^[\w+=,.@:/-]+$`) // and 2 to 1224 characters
+)
+
+func (s *STS) serve(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.Method != http.MethodPost {
+		writeQueryError(w, Failure{400, "InvalidAction", "expected a POSTed form"})
+		return
+	}
+	if a := r.PostForm.Get("Action"); a != "AssumeRole" || r.PostForm.Get("Version") != "2011-06-15" {
+		writeQueryError(w, Failure{400, "InvalidAction", "Could not find operation " + a + " for version " + r.PostForm.Get("Version")})
+		return
+	}
+	_, hasExternalID := r.PostForm["ExternalId"]
+	req := AssumeRoleRequest{
+		RoleARN:         r.PostForm.Get("RoleArn"),
+		RoleSessionName: r.PostForm.Get("RoleSessionName"),
+		ExternalID:      r.PostForm.Get("ExternalId"),
+		Policy:          r.PostForm.Get("Policy"),
+		CallerKeyID:     accessKeyID(r),
+	}
+	req.DurationSeconds, _ = strconv.Atoi(r.PostForm.Get("DurationSeconds"))
+	if req.DurationSeconds == 0 {
+		req.DurationSeconds = 3600 // STS's default
+	}
+	if f, ok := s.fail.pop(); ok && f.Status != 0 {
+		s.record(req)
+		writeQueryError(w, f)
+		return
+	}
+	if req.CallerKeyID == "" {
+		s.record(req)
+		writeQueryError(w, Failure{403, "MissingAuthenticationToken", "Request is missing Authentication Token"})
+		return
+	}
+	if msg := validate(req, hasExternalID); msg != "" {
+		s.record(req)
+		writeQueryError(w, Failure{400, "ValidationError", msg})
+		return
+	}
+	if req.Policy != "" && !json.Valid([]byte(req.Policy)) {
+		s.record(req)
+		writeQueryError(w, Failure{400, "MalformedPolicyDocument", "The policy is not in the valid JSON format."})
+		return
+	}
+
+	s.mu.Lock()
+	tr := s.roles[req.RoleARN]
+	s.mu.Unlock()
+	if !tr.anyone && (tr.externalID == "" || tr.externalID != req.ExternalID) {
+		s.record(req)
+		writeQueryError(w, Failure{403, "AccessDenied",
+			"User: arn:aws:iam::999999999999:role/relay-delivery is not authorized to perform: sts:AssumeRole on resource: " + req.RoleARN})
+		return
+	}
+
+	req.Granted = true
+	req.AccessKeyID = "ASIA" + strings.ToUpper(randomHex(8))
+	req.Expiration = time.Now().UTC().Add(time.Duration(req.DurationSeconds) * time.Second).Truncate(time.Millisecond)
+	s.record(req)
+	roleName := req.RoleARN[strings.LastIndex(req.RoleARN, "/")+1:]
+	account := strings.Split(req.RoleARN+":::::", ":")[4]
+	w.Header().Set("Content-Type", "text/xml")
+	fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleResult>
+    <Credentials>
+      <AccessKeyId>%s</AccessKeyId>
+      <SecretAccessKey>%s</SecretAccessKey>
+      <SessionToken>%s</SessionToken>
+      <Expiration>%s</Expiration>
+    </Credentials>
+    <AssumedRoleUser>
+      <Arn>arn:aws:sts::%s:assumed-role/%s/%s</Arn>
+      <AssumedRoleId>AROA%s:%s</AssumedRoleId>
+    </AssumedRoleUser>
+    <PackedPolicySize>6</PackedPolicySize>
+  </AssumeRoleResult>
+  <ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata>
+</AssumeRoleResponse>`,
+		req.AccessKeyID, randomHex(20), randomHex(32), req.Expiration.Format("2006-01-02T15:04:05.000Z"),
+		xmlEscape(account), xmlEscape(roleName), xmlEscape(req.RoleSessionName),
+		strings.ToUpper(randomHex(8)), xmlEscape(req.RoleSessionName), randomHex(16))
+}
+
+// validate applies STS's parameter limits; "" when the request is well formed.
+func validate(req AssumeRoleRequest, hasExternalID bool) string {
+	switch {
+	case req.RoleARN == "":
+		return "1 validation error detected: Value null at 'roleArn' failed to satisfy constraint: Member must not be null"
+	case !sessionNameRe.MatchString(req.RoleSessionName):
+		return "1 validation error detected: Value at 'roleSessionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [\\w+=,.@-]*, length 2-64"
+	case hasExternalID && (len(req.ExternalID) < 2 || len(req.ExternalID) > 1224 || !externalIDRe.MatchString(req.ExternalID)):
+		return "1 validation error detected: Value at 'externalId' failed to satisfy constraint: Member must satisfy regular expression pattern: [\\w+=,.@:\\/-]*, length 2-1224"
+	case req.DurationSeconds < 900 || req.DurationSeconds > 43200:
+		return "1 validation error detected: Value at 'durationSeconds' failed to satisfy constraint: Member must have value between 900 and 43200"
+	case len(req.Policy) > 2048:
+		return "1 validation error detected: Value at 'policy' failed to satisfy constraint: Member must have length less than or equal to 2048"
+	}
+	return ""
+}
+
+func (s *STS) record(req AssumeRoleRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, req)
+	if req.Granted {
+		s.issued[req.AccessKeyID] = req
+	}
+}
+
+// writeQueryError answers in the Query protocol's XML error shape.
+func writeQueryError(w http.ResponseWriter, f Failure) {
+	kind := "Sender"
+	if f.Status >= 500 {
+		kind = "Receiver"
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	w.WriteHeader(f.Status)
+	fmt.Fprintf(w, `<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <Error>
+    <Type>%s</Type>
+    <Code>%s</Code>
+    <Message>%s</Message>
+  </Error>
+  <RequestId>%s</RequestId>
+</ErrorResponse>`, kind, xmlEscape(f.Code), xmlEscape(f.Message), randomHex(16))
+}
+
+func xmlEscape(s string) string {
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// authorize checks that r is signed with a live session this STS handed out, whose
+// session policy allows action on resource. It returns the error AWS would answer
+// otherwise; the role's own permissions are not modelled (the session policy caps them).
+func (s *STS) authorize(r *http.Request, action, resource string) (Failure, bool) {
+	sess, ok := s.Session(accessKeyID(r))
+	switch {
+	case !ok || r.Header.Get("X-Amz-Security-Token") == "":
+		return Failure{400, "UnrecognizedClientException", "The security token included in the request is invalid."}, false
+	case time.Now().After(sess.Expiration):
+		return Failure{400, "ExpiredTokenException", "The security token included in the request is expired"}, false
+	case sess.Policy != "" && !policyAllows(sess.Policy, action, resource):
+		return Failure{400, "AccessDeniedException", fmt.Sprintf(
+			"User: arn:aws:sts::%s:assumed-role/%s is not authorized to perform: %s on resource: %s because no session policy allows the %s action",
+			strings.Split(sess.RoleARN+":::::", ":")[4], sess.RoleSessionName, action, resource, action)}, false
+	}
+	return Failure{}, true
+}
+
+// policyAllows evaluates an IAM policy for one action on one resource: some Allow
+// statement matches and no Deny does. Only "*" and exact values match.
+func policyAllows(policy, action, resource string) bool {
+	var doc struct {
+		Statement []struct {
+			Effect           string
+			Action, Resource any // a string or a list of strings
+		}
+	}
+	if json.Unmarshal([]byte(policy), &doc) != nil {
+		return false
+	}
+	matches := func(v any, want string) bool {
+		list, ok := v.([]any)
+		if !ok {
+			list = []any{v}
+		}
+		for _, x := range list {
+			if x == "*" || x == want {
+				return true
+			}
+		}
+		return false
+	}
+	allowed := false
+	for _, st := range doc.Statement {
+		if matches(st.Action, action) && matches(st.Resource, resource) {
+			if st.Effect == "Deny" {
+				return false
+			}
+			allowed = allowed || st.Effect == "Allow"
+		}
+	}
+	return allowed
+}

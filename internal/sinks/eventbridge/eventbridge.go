@@ -1,0 +1,109 @@
+// Package eventbridge writes one event to one customer EventBridge bus: one PutEvents
+// entry per event, to the bus by ARN, signed with the destination's assumed session.
+// It never retries (dispatch does) and never writes with our own identity.
+package eventbridge
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
+	"github.com/mercamap/relay/internal/assume"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+)
+
+// MaxEntrySize is the largest entry a bus takes, counted the way AWS counts it (EntrySize).
+const MaxEntrySize = 256 * 1024
+
+// Options configures the Sink.
+type Options struct {
+	AWS          aws.Config // shared SDK settings (HTTP client, logging); its credentials are never used
+	Assumer      *assume.Assumer
+	IdentityName string // events are sent with Source com.<name>
+	Endpoint     string // only to point at a local server
+}
+
+// Sink writes events to EventBridge buses. It is safe for concurrent use.
+type Sink struct {
+	source  string
+	assumer *assume.Assumer
+	clients assume.Clients[*eventbridge.Client]
+}
+
+// New returns a Sink.
+func New(o Options) *Sink {
+	name := o.IdentityName
+	if name == "" {
+		name = destination.DefaultName
+	}
+	if o.AWS.HTTPClient == nil {
+		o.AWS.HTTPClient = awshttp.NewBuildableClient() // one connection pool for every bus's client
+	}
+	s := &Sink{source: "com." + name, assumer: o.Assumer}
+	s.clients.New = func(region string, creds aws.CredentialsProvider) *eventbridge.Client {
+		return eventbridge.NewFromConfig(o.AWS, func(eo *eventbridge.Options) {
+			eo.Region = region // the bus's own region, from its ARN
+			eo.Credentials = creds
+			// One attempt: the SDK's retries would hide a throttle from our accounting.
+			eo.Retryer = aws.NopRetryer{}
+			if o.Endpoint != "" {
+				eo.BaseEndpoint = aws.String(o.Endpoint)
+			}
+		})
+	}
+	return s
+}
+
+// EntrySize is an entry's size as EventBridge counts it against MaxEntrySize: 14 bytes
+// for Time plus the UTF-8 bytes of Source, DetailType and Detail (we send no Resources).
+func EntrySize(source, detailType string, detail []byte) int {
+	return 14 + len(source) + len(detailType) + len(detail)
+}
+
+// Send writes m to d's bus as one PutEvents entry.
+func (s *Sink) Send(ctx context.Context, d destination.Destination, m destination.Message) error {
+	detail := m.Body()
+	if size := EntrySize(s.source, m.Type, detail); size > MaxEntrySize {
+		return failures.NewRejected(fmt.Sprintf(
+			"event %s is %d bytes as EventBridge counts an entry (Time, Source, DetailType and Detail), over a bus's limit of %d bytes (256 KiB): it was not sent",
+			m.EventID, size, MaxEntrySize), nil)
+	}
+	bus, err := destination.ParseARN(d.BusARN)
+	if err != nil {
+		return failures.NewRejected("bus_arn "+err.Error(), nil)
+	}
+	creds, err := s.assumer.Credentials(ctx, d)
+	if err != nil {
+		return err
+	}
+	entry := types.PutEventsRequestEntry{
+		EventBusName: aws.String(d.BusARN),
+		Source:       aws.String(s.source),
+		DetailType:   aws.String(m.Type),
+		Detail:       aws.String(string(detail)),
+	}
+	if t, err := time.Parse(time.RFC3339Nano, m.CreatedAt); err == nil {
+		entry.Time = aws.Time(t)
+	}
+	out, err := s.clients.For(d.ID, bus.Region, creds).PutEvents(ctx, &eventbridge.PutEventsInput{
+		Entries: []types.PutEventsRequestEntry{entry},
+	})
+	if err != nil {
+		return fmt.Errorf("eventbridge PutEvents to %s: %w", d.BusARN, err)
+	}
+	// A 200 can still be a failure: the entry carries its own code.
+	if out.FailedEntryCount > 0 {
+		code, msg := "", ""
+		if len(out.Entries) > 0 {
+			code, msg = aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage)
+		}
+		return failures.EntryError(code, msg)
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package eventbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/mercamap/relay/internal/assume"
+	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/sinks/eventbridge"
+	"github.com/mercamap/relay/internal/sinks/sinktest"
+)
+
+const (
+	role  = "arn:aws:iam::111122223333:role/mercamap-delivery"
+	bus   = "arn:aws:events:eu-west-1:111122223333:event-bus/orders"
+	extID = "ext-7f3a9c2e41d04b8d"
+)
+
+var destSeq atomic.Int64
+
+// env is one bus behind the test STS, and a sink that reaches both as the real one would.
+type env struct {
+	sts  *awstest.STS
+	bus  *awstest.EventBridge
+	sink *eventbridge.Sink
+	dest destination.Destination
+}
+
+func newEnv(t *testing.T, now func() time.Time) env {
+	t.Helper()
+	sts := awstest.NewSTS(t)
+	sts.RequireExternalID(role, extID)
+	eb := awstest.NewEventBridge(t)
+	eb.RequireSessionFrom(sts) // a write signed with anything but the session is refused
+	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
+	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap", Now: now})
+	return env{
+		sts: sts, bus: eb,
+		sink: eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL}),
+		dest: destination.Destination{ID: fmt.Sprintf("orders-bus-%d", destSeq.Add(1)), Account: "acct_123",
+			Connector: destination.EventBridge, BusARN: bus, RoleARN: role, ExternalID: extID},
+	}
+}
+
+func (e env) send(t *testing.T, m destination.Message) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	return e.sink.Send(ctx, e.dest, m)
+}
+
+// read waits (at most 10 s) until n entries reached the bus and returns them all.
+func (e env) read(t *testing.T, n int) []awstest.Entry {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := e.bus.Entries()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries on the bus after 10s, want %d", len(got), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	sinktest.Run(t, func(t *testing.T) sinktest.Backend {
+		e := newEnv(t, nil)
+		fail := func(f awstest.Failure) func(*testing.T) { return func(*testing.T) { e.bus.FailNext(1, f) } }
+		entry := func(code string) func(*testing.T) {
+			return func(*testing.T) { e.bus.FailEntries(1, code, "injected "+code) }
+		}
+		return sinktest.Backend{
+			Sink: e.sink,
+			Dest: e.dest,
+			Read: func(t *testing.T, n int) []sinktest.Received {
+				var out []sinktest.Received
+				for _, ent := range e.read(t, n) {
+					var body map[string]any
+					if err := json.Unmarshal([]byte(ent.Detail), &body); err != nil {
+						t.Fatalf("Detail is not JSON: %v", err)
+					}
+					out = append(out, sinktest.Received{Body: body})
+				}
+				return out
+			},
+			Faults: map[string]sinktest.Fault{
+				"ThrottlingException":            {Inject: fail(awstest.Throttling), Want: failures.NotTaken},
+				"HTTP 500":                       {Inject: fail(awstest.InternalFailure), Want: failures.NotTaken},
+				"AccessDeniedException":          {Inject: fail(awstest.AccessDeniedException), Want: failures.Rejected},
+				"ResourceNotFoundException":      {Inject: fail(awstest.ResourceNotFound), Want: failures.Rejected},
+				"entry ThrottlingException":      {Inject: entry("ThrottlingException"), Want: failures.NotTaken},
+				"entry InternalFailure":          {Inject: entry("InternalFailure"), Want: failures.NotTaken},
+				"entry AccessDeniedException":    {Inject: entry("AccessDeniedException"), Want: failures.Rejected},
+				"entry MalformedDetail":          {Inject: entry("MalformedDetail"), Want: failures.Rejected},
+				"entry NotAuthorizedForSource":   {Inject: entry("NotAuthorizedForSourceException"), Want: failures.Rejected},
+				"entry InvalidArgument":          {Inject: entry("InvalidArgument"), Want: failures.Rejected},
+				"entry KMSAccessDeniedException": {Inject: entry("KMSAccessDeniedException"), Want: failures.Rejected},
+			},
+		}
+	})
+}
+
+func TestEntryIsTheContractsOneWriteSignedWithTheSession(t *testing.T) {
+	e := newEnv(t, nil)
+	m := sinktest.Message(e.dest, 1)
+	if err := e.send(t, m); err != nil {
+		t.Fatal(err)
+	}
+	got := e.read(t, 1)[0]
+	created, _ := time.Parse(time.RFC3339, m.CreatedAt)
+	if got.EventBusName != bus || got.Source != "com.mercamap" || got.DetailType != "job.completed" ||
+		got.Detail != string(m.Body()) || !got.Time.Equal(created) || len(got.Resources) != 0 {
+		t.Fatalf("entry = %+v, want bus %s, source com.mercamap, detail-type job.completed, the body, time %v", got, bus, created)
+	}
+	session, ok := e.sts.Session(got.AccessKeyID)
+	if !ok || session.ExternalID != extID || session.RoleARN != role {
+		t.Fatalf("the write was signed with %s, not with the destination's session (%+v)", got.AccessKeyID, session)
+	}
+}
+
+func TestRoleThatLetsTheProbeInIsRejectedAndNothingIsWritten(t *testing.T) {
+	e := newEnv(t, nil)
+	e.sts.AllowAny(role)
+	err := e.send(t, sinktest.Message(e.dest, 1))
+	if o := failures.Classify(err); o.Class != failures.Rejected || !strings.Contains(o.Message, "does not require this destination's ExternalId") {
+		t.Fatalf("Send = %+v, want rejected: the role does not require its ExternalId", o)
+	}
+	if n := e.bus.Requests(); n != 0 {
+		t.Fatalf("%d writes reached the bus, want none", n)
+	}
+	for _, r := range e.sts.Requests() {
+		if r.ExternalID == extID {
+			t.Fatal("the role was assumed with the real ExternalId after the probe got in")
+		}
+	}
+}
+
+func TestSTSTroubleMeansNoWrite(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		inject func(*awstest.STS)
+		want   failures.Class
+	}{
+		{"role trusts nobody", func(s *awstest.STS) { s.TrustNobody(role) }, failures.Rejected},
+		{"probe throttled", func(s *awstest.STS) { s.FailNext(1, awstest.STSThrottling) }, failures.NotTaken},
+		{"session HTTP 500", func(s *awstest.STS) { s.FailNext(1, awstest.Failure{}); s.FailNext(1, awstest.STSInternalServerError) }, failures.NotTaken},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			tt.inject(e.sts)
+			if o := failures.Classify(e.send(t, sinktest.Message(e.dest, 1))); o.Class != tt.want {
+				t.Fatalf("Send classified %+v, want %s", o, tt.want)
+			}
+			if n := e.bus.Requests(); n != 0 {
+				t.Fatalf("%d writes reached the bus, want none", n)
+			}
+		})
+	}
+}
+
+func TestTooLargeEventIsRejectedWithoutCallingAWS(t *testing.T) {
+	e := newEnv(t, nil)
+	sized := func(size int) destination.Message {
+		m := sinktest.Message(e.dest, 2)
+		m.Data = json.RawMessage(`{"blob":""}`)
+		pad := size - eventbridge.EntrySize("com.mercamap", m.Type, m.Body())
+		m.Data = json.RawMessage(`{"blob":"` + strings.Repeat("é", pad/2) + strings.Repeat("x", pad%2) + `"}`)
+		if got := eventbridge.EntrySize("com.mercamap", m.Type, m.Body()); got != size {
+			t.Fatalf("built an entry of %d bytes, want %d", got, size)
+		}
+		return m
+	}
+	err := e.send(t, sized(eventbridge.MaxEntrySize+1))
+	if o := failures.Classify(err); o.Class != failures.Rejected || !strings.Contains(o.Message, "256 KiB") {
+		t.Fatalf("Send = %+v, want rejected saying the bus's 256 KiB limit", o)
+	}
+	if len(e.sts.Requests()) != 0 || e.bus.Requests() != 0 {
+		t.Fatalf("an oversized event called AWS: %d STS calls, %d writes", len(e.sts.Requests()), e.bus.Requests())
+	}
+	// The test bus enforces the same limit, so an entry of exactly 256 KiB landing shows
+	// our count is the one the bus uses.
+	if err := e.send(t, sized(eventbridge.MaxEntrySize)); err != nil {
+		t.Fatalf("an entry of exactly the limit: %v", err)
+	}
+}
+
+func TestSessionIsReusedAcrossWritesAndRenewedBeforeExpiry(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	e := newEnv(t, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	for i := range 3 {
+		if err := e.send(t, sinktest.Message(e.dest, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(e.sts.Requests()); n != 2 {
+		t.Fatalf("3 writes made %d STS calls, want 2 (one probe, one session)", n)
+	}
+	mu.Lock()
+	now = now.Add(14 * time.Minute) // one minute of the 15 left
+	mu.Unlock()
+	if err := e.send(t, sinktest.Message(e.dest, 3)); err != nil {
+		t.Fatal(err)
+	}
+	reqs, entries := e.sts.Requests(), e.read(t, 4)
+	if len(reqs) != 4 || reqs[2].Granted || !reqs[3].Granted {
+		t.Fatalf("near expiry STS saw %+v, want a refused probe then a new session", reqs)
+	}
+	if entries[2].AccessKeyID != reqs[1].AccessKeyID || entries[3].AccessKeyID != reqs[3].AccessKeyID {
+		t.Fatalf("writes signed with %s then %s, want the first session then the renewed one", entries[2].AccessKeyID, entries[3].AccessKeyID)
+	}
+}
