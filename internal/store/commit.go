@@ -84,7 +84,8 @@ redis.call('HSET', KEYS[1], 'consecutive_failures', failures)
 -- The attempt log: kept longer than channel events, for the card's attempts page.
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('XADD', KEYS[6], n .. '-0', 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
-local first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1]
+local first = nil
+if n % 32 == 0 then first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1] end
 if first and tonumber(first[2][2]) < attempts_cutoff then
   local old = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 256)
   local keep = n .. '-0'

@@ -16,11 +16,13 @@ local function card_state(destkey)
           last_failure = dec(h[3]), last_delivery = dec(h[4]), disabled = dec(h[5])}
 end
 
--- emit appends one event to a channel with the next gap-free sequence, and trims the
--- channel of events older than cutoff (ms), a bounded amount of work per call.
+-- emit appends one event to a channel with the next gap-free sequence. Every 32nd
+-- event it also trims the channel of events older than cutoff (ms): bounded work,
+-- off the common path.
 local function emit(stream, seqkey, etype, now_ms, cutoff, data)
   local seq = redis.call('INCR', seqkey)
   redis.call('XADD', stream, seq .. '-0', 'type', etype, 'at', now_ms, 'data', data)
+  if seq % 32 ~= 0 then return seq end
   local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
   if first and tonumber(first[2][4]) < cutoff then
     local old = redis.call('XRANGE', stream, '-', '+', 'COUNT', 256)

@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Read helpers for the operator API and its channels. Each read that a client compares
+// against a channel sequence is one MULTI, so the state it returns is exactly the state
+// after that sequence: every script that changes a destination emits in the same call.
+
+// CardState reads a destination's state and its channel's sequence in one MULTI, so
+// State.Sequence is the last channel event the state reflects.
+func (s *Store) CardState(ctx context.Context, r Ref) (State, error) {
+	pipe := s.rdb.TxPipeline()
+	h := pipe.HGetAll(ctx, destKey(r.Account, r.ID))
+	seq := pipe.Get(ctx, chanSeqKey(r.Account, DestinationChannel(r.ID)))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return State{}, err
+	}
+	if len(h.Val()) == 0 {
+		return State{}, ErrUnknownDestination
+	}
+	st := stateFrom(h.Val())
+	st.Sequence, _ = strconv.ParseInt(seq.Val(), 10, 64)
+	return st, nil
+}
+
+// AccountStates reads the states of an account's destinations (ids) and the account
+// channel's sequence in one MULTI. Each State.Sequence is that destination's own channel
+// sequence; a destination with no stored state is left out of the map.
+func (s *Store) AccountStates(ctx context.Context, acct string, ids []string) (map[string]State, int64, error) {
+	pipe := s.rdb.TxPipeline()
+	hs := make([]*redis.MapStringStringCmd, len(ids))
+	seqs := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		hs[i] = pipe.HGetAll(ctx, destKey(acct, id))
+		seqs[i] = pipe.Get(ctx, chanSeqKey(acct, DestinationChannel(id)))
+	}
+	acctSeq := pipe.Get(ctx, chanSeqKey(acct, AccountChannel(acct)))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, err
+	}
+	out := make(map[string]State, len(ids))
+	for i, id := range ids {
+		if len(hs[i].Val()) == 0 {
+			continue
+		}
+		st := stateFrom(hs[i].Val())
+		st.Sequence, _ = strconv.ParseInt(seqs[i].Val(), 10, 64)
+		out[id] = st
+	}
+	n, _ := strconv.ParseInt(acctSeq.Val(), 10, 64)
+	return out, n, nil
+}
+
+// ChannelRef names one channel of one account.
+type ChannelRef struct{ Account, Channel string }
+
+// ChannelSequences reads the current sequence of each channel in one round trip (a
+// pipeline, so channels of different accounts may live on different cluster slots).
+func (s *Store) ChannelSequences(ctx context.Context, chans []ChannelRef) ([]int64, error) {
+	if len(chans) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(chans))
+	for i, c := range chans {
+		cmds[i] = pipe.Get(ctx, chanSeqKey(c.Account, c.Channel))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]int64, len(chans))
+	for i, c := range cmds {
+		out[i], _ = strconv.ParseInt(c.Val(), 10, 64)
+	}
+	return out, nil
+}
+
+// queueDepthScript counts the account log's entries after the destination's cursor, up
+// to ARGV[1]: the count stays in Redis, only the number travels.
+var queueDepthScript = redis.NewScript(`
+local cursor = redis.call('HGET', KEYS[1], 'cursor')
+if not cursor then return -1 end
+return #redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', tonumber(ARGV[1]))
+`)
+
+// QueueDepth is how many entries of the account's log wait after the destination's
+// cursor (before its event filter), counted up to max so a scrape stays cheap. It is
+// ErrUnknownDestination for a destination with no stored state.
+func (s *Store) QueueDepth(ctx context.Context, r Ref, max int64) (int64, error) {
+	n, err := queueDepthScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), logKey(r.Account)}, max).Int64()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, ErrUnknownDestination
+	}
+	return n, nil
+}
