@@ -25,6 +25,14 @@ type worker struct {
 	token    int64
 	cancel   context.CancelFunc
 	finished chan struct{}
+	pending  *inflight // the commit of the last ended message, overlapping the next write
+}
+
+// inflight is a commit running in the background.
+type inflight struct {
+	done chan struct{}
+	res  store.Committed
+	err  error
 }
 
 func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64) *worker {
@@ -55,7 +63,12 @@ var errStop = errors.New("stop delivering")
 func (w *worker) run(ctx context.Context) {
 	log := w.d.opts.Logger.With("destination", w.dest.ID)
 	r := ref(w.dest)
+	defer func() { _ = w.settle() }()
 	for ctx.Err() == nil {
+		if err := w.settle(); errors.Is(err, store.ErrStaleLease) {
+			log.Warn("lease superseded; another replica delivers now")
+			return
+		}
 		wake := w.d.wakeChan(w.dest.Account) // taken before reading, so no append is missed
 		st, err := w.d.opts.Store.LoadState(ctx, r)
 		if err != nil {
@@ -103,6 +116,9 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 		}
 	}
 	if skipped != "" { // the batch ended on filtered-out events: move past them
+		if err := w.settle(); err != nil {
+			return err
+		}
 		_, err := w.commit(ctx, store.Commit{Kind: store.KindSkip, Cursor: skipped})
 		return err
 	}
@@ -111,7 +127,9 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 
 // deliver writes one event until it ends: delivered, rejected or expired. A not-taken
 // attempt is committed (it shows on the card, never counts) and retried with backoff,
-// holding the destination's later events behind it.
+// holding the destination's later events behind it. The commit of an ended message
+// runs while the next message is written, so the bus's round trip, not ours, sets the
+// pace; commits stay in order, and a crash re-sends at most that one message.
 func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
 	cfg := w.d.opts.Delivery
 	msg := w.d.message(dest, e)
@@ -119,6 +137,9 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	arrived := store.EntryTime(e.ID)
 	for {
 		if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
+			if err := w.settle(); err != nil {
+				return err
+			}
 			_, err := w.commit(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
 				MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
 			return err
@@ -129,18 +150,29 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 		cancel()
 		outcome := failures.Classify(err)
 		w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
+		w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
+			"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)
 		c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message}
 		if outcome.Class != failures.NotTaken {
 			c.Cursor = e.ID
 		}
-		w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
-			"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)
+
+		// The previous message's commit ran during this write; if it found the
+		// destination paused or disabled, this write still happened and is recorded.
+		stopped := w.settle()
+		if errors.Is(stopped, store.ErrStaleLease) {
+			return stopped
+		}
+		if outcome.Class != failures.NotTaken && stopped == nil {
+			w.commitAsync(ctx, c)
+			return nil
+		}
 		res, err := w.commit(ctx, c)
 		if err != nil {
 			return err
 		}
-		if res.Status != store.Active {
-			return errStop // paused or disabled meanwhile: nothing more is sent
+		if stopped != nil || res.Status != store.Active {
+			return errStop // nothing more is sent
 		}
 		if outcome.Class != failures.NotTaken {
 			return nil
@@ -152,6 +184,38 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 		}
 		wait = min(2*wait, cfg.NotTakenBackoff.Max)
 	}
+}
+
+// commitAsync commits c in the background, after the commit before it.
+func (w *worker) commitAsync(ctx context.Context, c store.Commit) {
+	prev := w.pending
+	p := &inflight{done: make(chan struct{})}
+	w.pending = p
+	go func() {
+		defer close(p.done)
+		if prev != nil {
+			<-prev.done
+		}
+		p.res, p.err = w.commit(ctx, c)
+	}()
+}
+
+// settle waits for the background commit, if any: errStop when it left the destination
+// not active, ErrStaleLease when the lease was lost.
+func (w *worker) settle() error {
+	p := w.pending
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	w.pending = nil
+	if p.err != nil {
+		return p.err
+	}
+	if p.res.Status != store.Active {
+		return errStop
+	}
+	return nil
 }
 
 // commit records an outcome, retrying while Redis is unreachable: a write that landed

@@ -70,7 +70,8 @@ if kind == 'delivered' then
   redis.call('HSET', KEYS[1], 'last_delivery', cjson.encode({at = iso, event_id = event_id}))
   etype = 'delivery.succeeded'
 elseif kind == 'rejected' then
-  failures = failures + 1
+  -- While paused or disabled nothing counts (a write in flight when it happened).
+  if status == 'active' or is_test then failures = failures + 1 end
   redis.call('HSET', KEYS[1], 'last_failure', cjson.encode({at = iso, event_id = event_id, class = 'rejected', message = message}))
   etype = 'delivery.rejected'
 elseif kind == 'not_taken' then
