@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
@@ -82,25 +80,8 @@ destinations:
 	})
 	sts.RequireExternalID(roleARN, externalID)
 
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-	waitUntil(t, 30*time.Second, "both replicas consuming", func() bool {
-		probe, err := conn.Channel()
-		if err != nil {
-			return false
-		}
-		defer probe.Close()
-		q, err := probe.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
-		return err == nil && q.Consumers == 2
-	})
+	conn, ch := brokerChannel(t, amqpURL, queue)
+	waitConsumers(t, conn, queue, 2)
 
 	key, _ := hex.DecodeString(testKeyHex)
 	if err := ch.Confirm(false); err != nil {

@@ -78,25 +78,8 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 
 	// The first relay dies by SIGKILL right after its first append, before the ack.
 	first, logs := startRelay(t, bin, cfg, "RELAY_TEST_FAILPOINT=kill-after-append")
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-	waitUntil(t, 30*time.Second, "the relay to consume (queue declared and bound)", func() bool {
-		probe, err := conn.Channel()
-		if err != nil {
-			return false
-		}
-		defer probe.Close()
-		q, err := probe.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
-		return err == nil && q.Consumers > 0
-	})
+	conn, ch := brokerChannel(t, amqpURL, queue)
+	waitConsumers(t, conn, queue, 1)
 	key, _ := hex.DecodeString(testKeyHex)
 	job := jobevent.Job{ID: "0190f2a4-dead-7000-8000-000000000001", Status: "completed"}
 	if err := ch.Confirm(false); err != nil {
@@ -181,4 +164,35 @@ func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration, logs fmt.Strin
 		t.Fatalf("relay did not exit within %s; logs:\n%s", timeout, logs)
 		return nil
 	}
+}
+
+// brokerChannel opens a channel for the test's own publishing and inspection, and
+// deletes the relay's queue when the test ends.
+func brokerChannel(t *testing.T, amqpURL, queue string) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(queue, false, false, false) })
+	return conn, ch
+}
+
+// waitConsumers waits until n relays consume the queue: declared, bound and subscribed.
+func waitConsumers(t *testing.T, conn *amqp.Connection, queue string, n int) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, fmt.Sprintf("%d relay(s) consuming %s", n, queue), func() bool {
+		probe, err := conn.Channel()
+		if err != nil {
+			return false
+		}
+		defer probe.Close()
+		q, err := probe.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		return err == nil && q.Consumers == n
+	})
 }
