@@ -1,6 +1,7 @@
 // Package awstest holds the AWS peers tests run against: an STS that enforces trust
 // policies, an EventBridge PutEvents server, kinesalite, and a proxy that injects errors,
-// all on 127.0.0.1 and speaking the real wire formats. Tests only: the relay never imports it.
+// all on 127.0.0.1 and speaking the real wire formats. For tests and the local sandbox
+// (cmd/sandbox): the relay itself never imports it.
 package awstest
 
 import (

@@ -38,12 +38,18 @@ type ebFailure struct {
 
 // NewEventBridge starts the server on 127.0.0.1, closed when the test ends.
 func NewEventBridge(t testing.TB) *EventBridge {
-	e := &EventBridge{}
-	srv := httptest.NewServer(http.HandlerFunc(e.serve))
+	e := NewEventBridgeHandler()
+	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	e.URL = srv.URL
 	return e
 }
+
+// NewEventBridgeHandler returns an EventBridge to serve on a listener of the caller's.
+func NewEventBridgeHandler() *EventBridge { return &EventBridge{} }
+
+// ServeHTTP answers one EventBridge JSON request.
+func (e *EventBridge) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.serve(w, r) }
 
 // RequireSessionFrom makes every write prove it was signed with a live session s handed
 // out whose session policy allows events:PutEvents on the bus, as AWS would check.

@@ -46,12 +46,20 @@ type AssumeRoleRequest struct {
 
 // NewSTS starts an STS on 127.0.0.1, closed when the test ends.
 func NewSTS(t testing.TB) *STS {
-	s := &STS{roles: map[string]trust{}, issued: map[string]AssumeRoleRequest{}}
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	s := NewSTSHandler()
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s
 }
+
+// NewSTSHandler returns an STS to serve on a listener of the caller's (the sandbox).
+func NewSTSHandler() *STS {
+	return &STS{roles: map[string]trust{}, issued: map[string]AssumeRoleRequest{}}
+}
+
+// ServeHTTP answers one STS Query request.
+func (s *STS) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }
 
 // RequireExternalID registers a role whose trust policy requires exactly externalID.
 func (s *STS) RequireExternalID(roleARN, externalID string) {
