@@ -90,8 +90,21 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	msg := destination.Message{ID: destination.MessageID(dest.ID, eventID), Type: destination.TestType, EventID: eventID,
 		CreatedAt: now.Format(time.RFC3339Nano), Data: data, Account: dest.Account}
 	sendCtx, cancel := context.WithTimeout(ctx, sendTimeout)
-	err = d.sink(dest).Send(sendCtx, dest, msg)
-	cancel()
+	defer cancel()
+	sink := d.sink(dest)
+	// The whole path: a fresh probe and session, or a fresh label read, before the write.
+	if c, ok := sink.(checker); ok {
+		err = c.Check(sendCtx, dest)
+		check := failures.Classify(err)
+		if _, emitErr := d.opts.Store.Emit(ctx, ref(dest), "destination.checked", map[string]any{
+			"destination": dest.ID, "class": string(check.Class), "message": check.Message, "test": true,
+		}, d.opts.Delivery.ChannelRetention); emitErr != nil {
+			d.opts.Logger.Warn("destination.checked not recorded", "destination", dest.ID, "error", emitErr)
+		}
+	}
+	if err == nil {
+		err = sink.Send(sendCtx, dest, msg)
+	}
 	outcome := failures.Classify(err)
 	d.opts.Metrics.observe(dest, outcome.Class, 0, 0)
 	cfg := d.opts.Delivery
@@ -105,6 +118,12 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 		d.announceDisabled(ctx, dest)
 	}
 	return outcome, nil
+}
+
+// checker is a Sink that can check its destination's setup on demand: the AWS sinks
+// (probe and session) and Pub/Sub (the ownership label).
+type checker interface {
+	Check(ctx context.Context, d destination.Destination) error
 }
 
 // announceDisabled publishes destination.disabled with the card's last failure, so the

@@ -504,3 +504,38 @@ func TestStoreIDIsReadByTheAccountsPath(t *testing.T) {
 		}
 	}
 }
+
+// checkingSink is a test sink whose setup check (probe or label) can fail.
+type checkingSink struct {
+	*testSink
+	checks   atomic.Int32
+	checkErr error
+}
+
+func (s *checkingSink) Check(context.Context, destination.Destination) error {
+	s.checks.Add(1)
+	return s.checkErr
+}
+
+func TestSendATestChecksTheSetupFirstAndWritesNothingWhenItFails(t *testing.T) {
+	sink := &checkingSink{testSink: newTestSink(nil),
+		checkErr: failures.NewRejected("the role does not require its ExternalId: any AWS account could use it", nil)}
+	r := newRig(t, sink.testSink, bus("orders", "111122223333"))
+	r.d.opts.Sinks[destination.EventBridge] = sink
+	out, err := r.d.Test(context.Background(), "orders")
+	if err != nil || out.Class != failures.Rejected || out.Message != sink.checkErr.(*failures.Error).Message {
+		t.Fatalf("test send = %+v, %v; want the check's rejection", out, err)
+	}
+	if sink.checks.Load() != 1 || len(sink.got("orders")) != 0 {
+		t.Fatalf("checks %d, writes %v: want one check and no write", sink.checks.Load(), sink.got("orders"))
+	}
+	types := r.channelTypes(store.DestinationChannel("orders"))
+	if !slices.Equal(types, []string{"destination.checked", "delivery.rejected"}) {
+		t.Fatalf("channel = %v", types)
+	}
+
+	sink.checkErr = nil
+	if out, err = r.d.Test(context.Background(), "orders"); err != nil || out.Class != failures.Delivered || len(sink.got("orders")) != 1 {
+		t.Fatalf("after the fix: %+v, %v, writes %v", out, err, sink.got("orders"))
+	}
+}

@@ -174,3 +174,26 @@ func (s *Store) SetStatus(ctx context.Context, r Ref, status, reason string, cha
 	}
 	return res[0] == 1, nil
 }
+
+var emitScript = redis.NewScript(luaPrelude + `
+if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
+  return redis.error_reply('UNKNOWN destination has no stored state')
+end
+return emit_both(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), cjson.decode(ARGV[4]))
+`)
+
+// Emit appends an event that changes no state (destination.checked) to the
+// destination's and its account's channels; fields become the event's data, with the
+// card's state added.
+func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[string]any, channelRetention time.Duration) (int64, error) {
+	data, err := json.Marshal(fields)
+	if err != nil {
+		return 0, err
+	}
+	now := time.Now()
+	seq, err := emitScript.Run(ctx, s.rdb, r.chanKeys(), eventType, now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), data).Int64()
+	if redis.HasErrorPrefix(err, "UNKNOWN") {
+		return 0, ErrUnknownDestination
+	}
+	return seq, err
+}

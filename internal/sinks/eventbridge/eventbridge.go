@@ -107,3 +107,9 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 	}
 	return nil
 }
+
+// Check runs the probe and a new session now, for "send a test": the whole path,
+// not a cached session.
+func (s *Sink) Check(ctx context.Context, d destination.Destination) error {
+	return s.assumer.Check(ctx, d)
+}

@@ -130,3 +130,9 @@ func (s *Sink) setLastSequence(chain, seq string) {
 	defer s.mu.Unlock()
 	s.last[chain] = seq
 }
+
+// Check runs the probe and a new session now, for "send a test": the whole path,
+// not a cached session.
+func (s *Sink) Check(ctx context.Context, d destination.Destination) error {
+	return s.assumer.Check(ctx, d)
+}

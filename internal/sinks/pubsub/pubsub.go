@@ -224,3 +224,10 @@ func (s *Sink) admin() (*vkit.TopicAdminClient, error) {
 	s.client = c
 	return c, nil
 }
+
+// Check reads the topic's ownership label now, for "send a test": the whole path,
+// not a cached pass.
+func (s *Sink) Check(ctx context.Context, d destination.Destination) error {
+	s.checker.Forget(d)
+	return s.checker.Check(ctx, d)
+}
