@@ -5,11 +5,15 @@ import (
 	"hash/fnv"
 	"slices"
 	"time"
+
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/store"
 )
 
 // balance renews the leases this replica holds and takes free ones up to its fair
 // share (destinations / live replicas), so replicas spread the work and a dead
-// replica's destinations move to the others once its leases expire.
+// replica's destinations move to the others once its leases expire. Redis is asked in
+// one round trip per step, and never while holding the lock workers need.
 func (d *Dispatcher) balance(ctx context.Context) {
 	ttl := d.opts.Delivery.LeaseTTL
 	live, err := d.opts.Store.Heartbeat(ctx, d.opts.Owner, ttl)
@@ -17,29 +21,41 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		d.opts.Logger.Warn("lease round skipped: redis unreachable", "error", err)
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 
+	d.mu.Lock()
+	var held []*worker
 	for id, w := range d.workers {
 		if w.done() {
 			delete(d.workers, id)
 			continue
 		}
-		token, err := d.opts.Store.AcquireLease(ctx, ref(w.dest), d.opts.Owner, ttl)
-		if err != nil {
-			continue // keep working: a stale token cannot commit anyway
-		}
-		if token != w.token {
-			d.opts.Logger.Warn("lease lost", "destination", id)
-			w.stop()
-			delete(d.workers, id)
-		}
+		held = append(held, w)
 	}
-
 	ids := make([]string, 0, len(d.dests))
 	for id := range d.dests {
 		ids = append(ids, id)
 	}
+	d.mu.Unlock()
+
+	// Renew what we hold; a lease that came back with another token (or none) is lost.
+	refs := make([]store.Ref, len(held))
+	for i, w := range held {
+		refs[i] = ref(w.dest)
+	}
+	if tokens, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl); err == nil {
+		d.mu.Lock()
+		for i, w := range held {
+			if tokens[i] != w.token {
+				d.opts.Logger.Warn("lease lost", "destination", w.dest.ID)
+				w.stop()
+				if d.workers[w.dest.ID] == w {
+					delete(d.workers, w.dest.ID)
+				}
+			}
+		}
+		d.mu.Unlock()
+	}
+
 	// Each replica walks the destinations from its own starting point, so replicas
 	// starting together do not all race for the same ones.
 	slices.Sort(ids)
@@ -50,20 +66,33 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		ids = append(ids[start:], ids[:start]...)
 	}
 	share := (len(ids) + int(max(live, 1)) - 1) / int(max(live, 1))
+	d.mu.Lock()
+	var want []destination.Destination
 	for _, id := range ids {
-		if len(d.workers) >= share {
+		if len(d.workers)+len(want) >= share {
 			break
 		}
-		if _, held := d.workers[id]; held {
-			continue
+		if _, ok := d.workers[id]; !ok {
+			want = append(want, d.dests[id])
 		}
-		dest := d.dests[id]
-		token, err := d.opts.Store.AcquireLease(ctx, ref(dest), d.opts.Owner, ttl)
-		if err != nil || token == 0 {
-			continue
+	}
+	d.mu.Unlock()
+	refs = refs[:0]
+	for _, dest := range want {
+		refs = append(refs, ref(dest))
+	}
+	tokens, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl)
+	if err != nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, dest := range want {
+		current, configured := d.dests[dest.ID]
+		if tokens[i] == 0 || !configured || current.Fingerprint() != dest.Fingerprint() {
+			continue // taken by another replica, or the config changed meanwhile
 		}
-		w := d.startWorker(ctx, dest, token)
-		d.workers[id] = w
+		d.workers[dest.ID] = d.startWorker(ctx, dest, tokens[i])
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
 }

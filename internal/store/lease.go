@@ -61,3 +61,27 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) 
 func (s *Store) Leave(ctx context.Context, owner string) error {
 	return s.rdb.ZRem(ctx, replicasKey, owner).Err()
 }
+
+// AcquireLeases is AcquireLease for many destinations in one round trip: each result is
+// the fencing token, or 0 when another replica holds that lease.
+func (s *Store) AcquireLeases(ctx context.Context, refs []Ref, owner string, ttl time.Duration) ([]int64, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if err := acquireScript.Load(ctx, s.rdb).Err(); err != nil {
+		return nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(refs))
+	for i, r := range refs {
+		cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(r.Account, r.ID), destKey(r.Account, r.ID)}, owner, ttl.Milliseconds())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(refs))
+	for i, c := range cmds {
+		out[i], _ = c.Int64()
+	}
+	return out, nil
+}
