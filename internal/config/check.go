@@ -1,10 +1,7 @@
 package config
 
 import (
-	"crypto/hkdf"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"net"
 	"net/url"
@@ -14,16 +11,8 @@ import (
 	"strings"
 
 	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/signature"
 )
-
-// ExternalKeyInfo is the HKDF info Fetcher derives its external HMAC key with.
-const ExternalKeyInfo = "fetcher-external-hmac-v1"
-
-// DeriveExternalKey derives the external HMAC key from Fetcher's master key
-// (APP_ENC_KEY, already base64-decoded): HKDF-SHA256, empty salt, 32 bytes.
-func DeriveExternalKey(master []byte) ([]byte, error) {
-	return hkdf.Key(sha256.New, master, nil, ExternalKeyInfo, 32)
-}
 
 var (
 	// The name becomes the label key <name>-account (Google: lowercase, digits, _ and -,
@@ -153,19 +142,10 @@ func (p *parser) checkSignature(c *Config) {
 	}
 	if p.masterRef != "" {
 		if v, ok := p.secret("signature.master_key", p.masterRef); ok {
-			master, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
-			switch {
-			case err != nil:
-				p.add("signature.master_key", "is not standard base64: it is Fetcher's APP_ENC_KEY as the Worker is given it")
-			case len(master) == 0:
-				p.add("signature.master_key", "decodes to nothing: it is Fetcher's APP_ENC_KEY as the Worker is given it")
-			default:
-				key, err := DeriveExternalKey(master)
-				if err != nil {
-					p.add("signature.master_key", "cannot derive the external key from it")
-				} else {
-					c.Signature.Keys = append(c.Signature.Keys, key)
-				}
+			if key, err := signature.DeriveExternalKey(strings.TrimSpace(v)); err != nil {
+				p.add("signature.master_key", "is not standard base64 of 32 bytes or more: it is Fetcher's APP_ENC_KEY as the Worker is given it")
+			} else {
+				c.Signature.Keys = append(c.Signature.Keys, key)
 			}
 		}
 	}
@@ -176,6 +156,10 @@ func (p *parser) checkSignature(c *Config) {
 	// dedup marker must outlive every message the signature window still accepts.
 	if c.DedupWindow <= c.Signature.MaxAge {
 		p.add("dedup_window", "%s must be longer than signature.max_age (%s): otherwise a re-emitted event could be delivered twice", c.DedupWindow, c.Signature.MaxAge)
+	} else if c.Delivery.MaxMessageAge >= c.DedupWindow {
+		// Account logs keep entries for dedup_window: a message must end (delivered or
+		// expired) before its entry can be trimmed away.
+		p.add("delivery.max_message_age", "%s must be shorter than dedup_window (%s), which is how long account logs keep events", c.Delivery.MaxMessageAge, c.DedupWindow)
 	}
 }
 

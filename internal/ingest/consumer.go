@@ -123,6 +123,22 @@ func (c *Consumer) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume %q: %w", c.opts.Topology.Queue, err)
 	}
+	// amqp091-go hands deliveries over one at a time on an unbuffered channel; a buffer
+	// the size of the prefetch window lets a batch form while Redis answers the last one.
+	buffered := make(chan amqp.Delivery, c.opts.Prefetch)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func(in <-chan amqp.Delivery) {
+		defer close(buffered)
+		for d := range in {
+			select {
+			case buffered <- d:
+			case <-stop:
+				return
+			}
+		}
+	}(deliveries)
+	deliveries = buffered
 	c.connected.Store(true)
 	c.opts.Logger.Info("consuming", "queue", c.opts.Topology.Queue, "prefetch", c.opts.Prefetch)
 

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// report prints the results as markdown: rates and ratio per run and their medians, then
+// where the CPU went, then the machine.
+func report(w io.Writer, cfg config, results []result, loadBefore string) {
+	fmt.Fprintf(w, "Ingest: relay beside a bare consumer, same run (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(w, "Machine: %d CPUs (nproc), Linux %s (uname -r), %s, GOMAXPROCS %d; load average before %s, after %s\n",
+		runtime.NumCPU(), kernelRelease(), runtime.Version(), runtime.GOMAXPROCS(0), loadBefore, loadAverage())
+	mode := "publishing and consuming at once"
+	if cfg.prefill {
+		mode = "queue filled first, consumer timed alone"
+	}
+	fmt.Fprintf(w, "Load: %d events of %d B per path per run, %d runs after a %d-event warm-up; %s; quorum queues, prefetch %d, publisher confirms with %d outstanding\n\n",
+		cfg.events, cfg.size, cfg.runs, cfg.warmup, mode, cfg.prefetch, cfg.window)
+
+	fmt.Fprintln(w, "| run | bare events/s | relay events/s | relay/bare |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
+	var bares, relays, ratios []float64
+	for i, r := range results {
+		bare, relay := r.bare.rate(), r.relay.rate()
+		bares, relays, ratios = append(bares, bare), append(relays, relay), append(ratios, relay/bare)
+		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.0f%% |\n", i+1, bare, relay, 100*relay/bare)
+	}
+	fmt.Fprintf(w, "| **median** | **%.0f** | **%.0f** | **%.0f%%** |\n\n", median(bares), median(relays), 100*median(ratios))
+
+	peerNames := make([]string, 0, len(cfg.peerPIDs))
+	for _, p := range cfg.peerPIDs {
+		peerNames = append(peerNames, p.name)
+	}
+	fmt.Fprint(w, "| run | path | bench process µs/event (cores)")
+	for _, name := range peerNames {
+		fmt.Fprintf(w, " | %s µs/event (cores)", name)
+	}
+	fmt.Fprintln(w, " | events per Redis round trip |")
+	fmt.Fprintln(w, "| --- | --- | ---:"+strings.Repeat(" | ---:", len(peerNames))+" | ---: |")
+	cpuRow := func(run, path string, phases []phase) {
+		perEvent := func(get func(phase) time.Duration) string {
+			var us, cores []float64
+			for _, p := range phases {
+				us, cores = append(us, p.perEvent(get(p))), append(cores, p.cores(get(p)))
+			}
+			return fmt.Sprintf("%.1f (%.2f)", median(us), median(cores))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s", run, path, perEvent(func(p phase) time.Duration { return p.cpu }))
+		for _, name := range peerNames {
+			fmt.Fprintf(w, " | %s", perEvent(func(p phase) time.Duration { return p.peers[name] }))
+		}
+		var batches []float64
+		for _, p := range phases {
+			batches = append(batches, p.batch)
+		}
+		if b := median(batches); b > 0 {
+			fmt.Fprintf(w, " | %.1f |\n", b)
+		} else {
+			fmt.Fprintln(w, " | – |")
+		}
+	}
+	var allBare, allRelay []phase
+	for i, r := range results {
+		cpuRow(fmt.Sprint(i+1), "bare", []phase{r.bare})
+		cpuRow(fmt.Sprint(i+1), "relay", []phase{r.relay})
+		allBare, allRelay = append(allBare, r.bare), append(allRelay, r.relay)
+	}
+	cpuRow("**median**", "bare", allBare)
+	cpuRow("**median**", "relay", allRelay)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The bench process holds the publisher in both paths, plus the bare consumer or the relay's")
+	fmt.Fprintln(w, "ingest.Consumer: the difference between its two rows is what the relay costs beyond a bare client.")
+	if cfg.prefill {
+		fmt.Fprintln(w, "Bare: consumer connect to last ack. Relay: consumer start to the moment the account log holds every event.")
+	} else {
+		fmt.Fprintln(w, "Bare: first publish to last ack. Relay: first publish to the moment the account log holds every event.")
+	}
+	fmt.Fprintln(w)
+	ratio, relay := median(ratios), median(relays)
+	fmt.Fprintf(w, "Aims: relay ≥ 50%% of bare: %s (%.0f%%); relay ≥ 10,000 events/s on 2 cores: %s (%.0f/s on %d CPUs)\n",
+		verdict(ratio >= 0.5), 100*ratio, verdict(relay >= 10000), relay, runtime.NumCPU())
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// kernelRelease is what `uname -r` prints.
+func kernelRelease() string {
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		return "unknown"
+	}
+	var b strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	return b.String()
+}
+
+// loadAverage is the 1-minute load average: other work on the machine skews both paths.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
+}
