@@ -288,6 +288,7 @@ func TestNotTakenNeverCountsAndTwentyRejectionsInARowDisable(t *testing.T) {
 	if st.ConsecutiveFailures != 20 || st.Disabled == nil || st.LastFailure == nil || st.LastFailure.Class != "rejected" {
 		t.Fatalf("disabled state = %+v", st)
 	}
+	waitFor(t, "the operator event", func() bool { return len(r.notes.list()) > 0 })
 	notes := r.notes.list()
 	if len(notes) != 1 || notes[0].Type != "destination.disabled" || notes[0].LastFailure == nil {
 		t.Fatalf("operator events = %+v, want one destination.disabled with the last failure", notes)
