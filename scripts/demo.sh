@@ -1,29 +1,50 @@
 #!/usr/bin/env bash
-# The relay end to end on local peers: starts RabbitMQ and Redis in .peers/ (installing
-# them when missing), runs `relay serve` with examples/relay.demo.yaml, publishes signed
-# job events the way the Fetcher Worker does (a few good ones, a re-emit, a tampered one),
-# and shows what the relay accepted and what it quarantined. Then it keeps everything
-# running until Ctrl-C, and stops the relay and the peers it started.
+# The relay end to end on local peers and a local cloud: starts RabbitMQ and Redis in
+# .peers/ (installing them, and kinesalite, when missing), a local cloud sandbox
+# (bin/sandbox: STS that enforces ExternalIds, EventBridge, Pub/Sub, Kinesis on kinesalite),
+# then `relay serve` with examples/relay.sandbox.yaml: one account, one EventBridge bus,
+# one Kinesis stream, one Pub/Sub topic. It does the customer's side of the setup (the
+# stream, the labelled topic, each role's trust policy with the ExternalId from its card),
+# publishes signed job events the way the Fetcher Worker does (good ones, a re-emit, a
+# tampered one), and shows what the relay accepted, what it quarantined, each
+# destination's card and what arrived in each bus. Then it keeps everything running until
+# Ctrl-C, and stops every process it started.
 #
 #   make demo                  (or scripts/demo.sh)
 #   DEMO_EXIT=1 make demo      show the results and exit: for scripts and CI
 #
-# Run it again at any time: running peers are reused and the relay is restarted.
+# Run it again at any time: running peers are reused; the relay, the sandbox and
+# kinesalite a previous run left behind are stopped and started afresh.
 # Ports (below 32768, away from peers.sh's defaults so a test run can go on beside it):
 # DEMO_REDIS_PORT (16479), DEMO_RABBIT_PORT (25772), DEMO_RABBIT_DIST_PORT (25773),
 # DEMO_EPMD_PORT (24379). Peers already running in .peers/ keep the ports they have.
+# The sandbox's ports are the ones examples/relay.sandbox.yaml names: STS 24580,
+# EventBridge 24581, Pub/Sub 24582, sandbox admin 24583, kinesalite 24584, Kinesis 24585;
+# the relay's API listens on 127.0.0.1:8080.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 
 PEERS=.peers
-CONFIG=examples/relay.demo.yaml
+CONFIG=examples/relay.sandbox.yaml
 ACCOUNT=acct_demo
 LOG_KEY="relay:{$ACCOUNT}:log"
 RELAY_LOG=$PEERS/relay.log
 RELAY_PID=$PEERS/relay.pid
+SANDBOX_LOG=$PEERS/sandbox.log
+SANDBOX_PID=$PEERS/sandbox.pid
+KINESALITE_LOG=$PEERS/kinesalite.log
+KINESALITE_PID=$PEERS/kinesalite.pid
+KINESALITE_DIR=${KINESALITE_DIR:-$HOME/.cache/relay-test/kinesalite-3.3.3} # where peers.sh install puts it
+# The sandbox's ports, as the config names them.
+STS_PORT=24580 EVENTS_PORT=24581 PUBSUB_PORT=24582 SANDBOX_PORT=24583 KINESALITE_PORT=24584 KINESIS_PORT=24585
+SANDBOX=http://127.0.0.1:$SANDBOX_PORT
+API=http://127.0.0.1:8080
 # A demo master key (Fetcher's APP_ENC_KEY, base64 of 32 bytes). Not a secret: never use it elsewhere.
 DEMO_APP_ENC_KEY=cmVsYXktZGVtby1tYXN0ZXIta2V5LW5vdC1zZWNyZXQ=
+# The destinations of the config: id, connector, and what the customer made on their side.
+AWS_DESTS="orders-bus:eventbridge orders-stream:kinesis"
+ALL_DESTS="orders-bus:eventbridge orders-stream:kinesis orders-topic:pubsub"
 
 export REDIS_PORT=${DEMO_REDIS_PORT:-16479}
 export RABBIT_PORT=${DEMO_RABBIT_PORT:-25772}
@@ -44,19 +65,67 @@ alive() {
 	[[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
 }
 
-# stop_relay PID: SIGTERM (the relay finishes the batch in hand), SIGKILL after 20 s.
-stop_relay() {
+# port_open PORT: something accepts TCP connections on 127.0.0.1:PORT.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# stop_pid PID NAME: SIGTERM (the relay finishes the batch in hand), SIGKILL after 20 s.
+stop_pid() {
 	local pid=$1 i
 	kill -TERM "$pid" 2>/dev/null || return 0
 	for ((i = 0; i < 200; i++)); do
 		kill -0 "$pid" 2>/dev/null || return 0
 		sleep 0.1
 	done
-	echo "demo: relay $pid ignored SIGTERM for 20 s; killing it" >&2
+	echo "demo: $2 $pid ignored SIGTERM for 20 s; killing it" >&2
 	kill -KILL "$pid" 2>/dev/null || true
 }
+stop_relay() { stop_pid "$1" relay; }
 
-relay_pid=
+# stop_stale PIDFILE NAME: stop what a previous demo left running.
+stop_stale() {
+	if alive "$1" "$2"; then
+		say "stopping the $2 a previous demo left running (pid $(<"$1"))"
+		stop_pid "$(<"$1")" "$2"
+	fi
+	rm -f "$1"
+}
+
+# need_free NAME PORT...: fail when something else listens there.
+need_free() {
+	local name=$1 p
+	shift
+	for p; do
+		! port_open "$p" || die "127.0.0.1:$p, which the $name needs (see $CONFIG), is taken by another process: stop it and run the demo again"
+	done
+}
+
+# wait_for WHAT SECONDS PID LOG CMD...: run CMD every 0.1 s until it succeeds; fail with
+# the tail of LOG when PID exits or SECONDS pass.
+wait_for() {
+	local what=$1 limit=$2 pid=$3 log=$4 i
+	shift 4
+	for ((i = 0; ; i++)); do
+		"$@" && return 0
+		if ! kill -0 "$pid" 2>/dev/null || ((i >= limit * 10)); then
+			tail -n 30 "$log" >&2
+			die "$what (log: $log)"
+		fi
+		sleep 0.1
+	done
+}
+
+# api GET|POST PATH: the relay's operator API with the admin token.
+api() { curl -sS --max-time 10 -X "$1" -H "Authorization: Bearer $RELAY_ADMIN_TOKEN" "$API$2"; }
+# sandbox_post PATH JSON: the sandbox's admin API; fails on an error answer.
+sandbox_post() { curl -sS --fail-with-body --max-time 30 -X POST -H 'Content-Type: application/json' -d "$2" "$SANDBOX$1"; }
+# field NAME: the first "NAME": "value" of the JSON on stdin (values here hold no quotes).
+field() { sed -n "s/.*\"$1\" *: *\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
+# pretty: indent the JSON on stdin when python3 is there; as it is otherwise.
+pretty() {
+	if command -v python3 >/dev/null; then python3 -m json.tool; else cat; echo; fi
+}
+
+relay_pid= sandbox_pid= kinesalite_pid=
 started_peers=0
 cleanup() {
 	local rc=$?
@@ -67,8 +136,18 @@ cleanup() {
 		rm -f "$RELAY_PID"
 	elif [[ -n $relay_pid ]]; then
 		# Another demo restarted the relay: it uses these peers now, leave them to it.
-		say "another demo took over the relay; leaving it and the peers running"
+		say "another demo took over the relay; leaving it, the sandbox and the peers running"
 		exit "$rc"
+	fi
+	if [[ -n $sandbox_pid ]] && [[ $(cat "$SANDBOX_PID" 2>/dev/null) == "$sandbox_pid" ]]; then
+		say "stopping the sandbox (pid $sandbox_pid)"
+		stop_pid "$sandbox_pid" sandbox
+		rm -f "$SANDBOX_PID"
+	fi
+	if [[ -n $kinesalite_pid ]] && [[ $(cat "$KINESALITE_PID" 2>/dev/null) == "$kinesalite_pid" ]]; then
+		say "stopping kinesalite (pid $kinesalite_pid)"
+		stop_pid "$kinesalite_pid" kinesalite
+		rm -f "$KINESALITE_PID"
 	fi
 	if ((started_peers)); then
 		say "stopping the peers"
@@ -82,44 +161,119 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-say "peers: RabbitMQ and Redis from Debian packages (installed when missing)"
+say "peers: RabbitMQ and Redis from Debian packages, kinesalite from npm (installed when missing)"
 scripts/peers.sh install
 if ! alive "$PEERS/redis.pid" redis-server || ! alive "$PEERS/rabbit.pid" rabbit; then
 	started_peers=1
 fi
-peer_env=$(scripts/peers.sh start "$PEERS")
+if ! peer_env=$(scripts/peers.sh start "$PEERS"); then
+	# peers.sh can look at a server in the instant between its fork and its exec, find no
+	# "rabbit" in the command line, and report that it exited while it is in fact starting.
+	# Once more: a server that runs now is kept, one that really died is started again.
+	say "peers.sh start failed; trying once more"
+	sleep 1
+	peer_env=$(scripts/peers.sh start "$PEERS")
+fi
 eval "$peer_env"
 export RELAY_RABBITMQ_URL=$RELAY_TEST_AMQP_URL RELAY_REDIS_URL=$RELAY_TEST_REDIS_URL
 redis_port=${RELAY_REDIS_URL##*:}
 redis_port=${redis_port%%/*}
+amqp_port=${RELAY_RABBITMQ_URL##*:}
+amqp_port=${amqp_port%%/*}
+# A broker peers.sh found already running may still be booting: wait for its AMQP port.
+for ((i = 0; i < 600; i++)); do
+	port_open "$amqp_port" && break
+	sleep 0.1
+done
+port_open "$amqp_port" || die "RabbitMQ does not accept connections on 127.0.0.1:$amqp_port after 60 s (log: $PEERS/rabbit.log)"
 rcli() { redis-cli -p "$redis_port" "$@"; }
 
-say "building bin/relay"
+say "building bin/relay and bin/sandbox"
 go build -o bin/relay ./cmd/relay
+go build -o bin/sandbox ./cmd/sandbox
 # The Worker holds APP_ENC_KEY; the relay only ever gets the external key derived from it.
 FETCHER_EXTERNAL_HMAC_KEY=$(APP_ENC_KEY=$DEMO_APP_ENC_KEY bin/relay derive-key)
-export FETCHER_EXTERNAL_HMAC_KEY
+# The API's bearer tokens: new ones each run.
+RELAY_ADMIN_TOKEN=demo-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+RELAY_DEMO_ACCOUNT_TOKEN=demo-acct-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+export FETCHER_EXTERNAL_HMAC_KEY RELAY_ADMIN_TOKEN RELAY_DEMO_ACCOUNT_TOKEN
 bin/relay check-config --config "$CONFIG"
 
+# A second run: what the first one left running goes first, so the ports are free again.
 if alive "$RELAY_PID" "relay serve"; then
 	say "stopping the relay a previous demo left running (pid $(<"$RELAY_PID"))"
 	stop_relay "$(<"$RELAY_PID")"
 fi
+stop_stale "$SANDBOX_PID" sandbox
+stop_stale "$KINESALITE_PID" kinesalite
+
+say "the local cloud: kinesalite and bin/sandbox (logs in $PEERS/)"
+need_free kinesalite "$KINESALITE_PORT"
+need_free sandbox "$STS_PORT" "$EVENTS_PORT" "$PUBSUB_PORT" "$SANDBOX_PORT" "$KINESIS_PORT"
+need_free "relay's API" 8080
+[[ -f $KINESALITE_DIR/node_modules/kinesalite/package.json ]] || die "kinesalite is not in $KINESALITE_DIR (run: scripts/peers.sh install)"
+# The library call binds loopback only (its CLI would bind every interface).
+setsid node -e "require('$KINESALITE_DIR/node_modules/kinesalite')({createStreamMs: 50}).listen($KINESALITE_PORT, '127.0.0.1')" \
+	</dev/null >"$KINESALITE_LOG" 2>&1 &
+kinesalite_pid=$!
+echo "$kinesalite_pid" >"$KINESALITE_PID"
+wait_for "kinesalite did not open 127.0.0.1:$KINESALITE_PORT" 20 "$kinesalite_pid" "$KINESALITE_LOG" port_open "$KINESALITE_PORT"
+setsid bin/sandbox --sts "127.0.0.1:$STS_PORT" --events "127.0.0.1:$EVENTS_PORT" --pubsub-port "$PUBSUB_PORT" \
+	--admin "127.0.0.1:$SANDBOX_PORT" --kinesis "127.0.0.1:$KINESIS_PORT" --kinesalite "http://127.0.0.1:$KINESALITE_PORT" \
+	</dev/null >"$SANDBOX_LOG" 2>&1 &
+sandbox_pid=$!
+echo "$sandbox_pid" >"$SANDBOX_PID"
+wait_for "the sandbox did not start" 20 "$sandbox_pid" "$SANDBOX_LOG" grep -q 'sandbox: ready' "$SANDBOX_LOG"
+sed -e 's/^/  /' "$SANDBOX_LOG"
+
+say "the customer's side: a Kinesis stream, and a Pub/Sub topic labelled for $ACCOUNT (sandbox admin API)"
+echo "-- POST $SANDBOX/streams"
+sandbox_post /streams '{"name": "orders"}'
+echo "-- POST $SANDBOX/topics"
+sandbox_post /topics '{"project": "relay-demo", "topic": "relay-events", "labels": {"mercamap-account": "'$ACCOUNT'"}}'
+
 [[ -f $RELAY_LOG ]] && mv -f "$RELAY_LOG" "$RELAY_LOG.1"
 say "starting bin/relay serve --config $CONFIG (JSON logs in $RELAY_LOG)"
+# Our own AWS identity: any static keys do for the sandbox. No instance metadata lookups.
 # setsid: Ctrl-C reaches this script, which stops the relay in order; the relay gets SIGTERM.
-setsid bin/relay serve --config "$CONFIG" </dev/null >"$RELAY_LOG" 2>&1 &
+AWS_ACCESS_KEY_ID=AKIDDEMORELAY AWS_SECRET_ACCESS_KEY=demo-not-a-secret AWS_EC2_METADATA_DISABLED=true \
+	setsid bin/relay serve --config "$CONFIG" </dev/null >"$RELAY_LOG" 2>&1 &
 relay_pid=$!
 echo "$relay_pid" >"$RELAY_PID"
-for ((i = 0; ; i++)); do
-	grep -q '"msg":"consuming"' "$RELAY_LOG" && break
-	if ! kill -0 "$relay_pid" 2>/dev/null || ((i >= 300)); then
-		tail -n 30 "$RELAY_LOG" >&2
-		die "the relay did not start consuming (log: $RELAY_LOG)"
+wait_for "the relay did not start consuming" 30 "$relay_pid" "$RELAY_LOG" grep -q '"msg":"consuming"' "$RELAY_LOG"
+echo "relay $relay_pid is consuming"
+# The operator API: wait for /readyz when the relay serves it.
+have_api=0
+for ((i = 0; i < 100; i++)); do
+	if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$API/readyz") == 200 ]]; then
+		have_api=1
+		break
 	fi
+	# Not listening at all a few seconds after consuming: this relay does not serve the API.
+	((i < 30)) || port_open 8080 || break
 	sleep 0.1
 done
-echo "relay $relay_pid is consuming"
+if ((have_api)); then
+	echo "operator API ready: $API/readyz"
+else
+	echo "the operator API ($API) is not served by this relay build: the ExternalIds are read from Redis instead"
+fi
+
+say "the customer pastes each AWS card's trust policy onto their role (sandbox POST /trust)"
+for d in $AWS_DESTS; do
+	id=${d%%:*} connector=${d#*:}
+	if ((have_api)); then
+		card=$(api GET "/v1/connectors/$connector/destinations/$id")
+		external_id=$(field external_id <<<"$card")
+		role=$(field role_arn <<<"$card")
+	else
+		external_id=$(rcli HGET "relay:{$ACCOUNT}:dest:$id" external_id)
+		role=$(sed -n "/id: $id\$/,/role_arn:/s/.*role_arn: *\\([^ ]*\\).*/\\1/p" "$CONFIG")
+	fi
+	[[ -n $external_id && -n $role ]] || die "no ExternalId or role for $id (card: ${card:-none})"
+	echo "-- $id: $role trusts ExternalId $external_id"
+	sandbox_post /trust '{"role_arn": "'"$role"'", "external_id": "'"$external_id"'"}' >/dev/null
+done
 
 # Only this run's entries are shown: the log keeps earlier runs' while Redis runs.
 before=$(rcli XLEN "$LOG_KEY")
@@ -132,11 +286,11 @@ pub() {
 	echo "-- relay publish $*"
 	bin/relay publish --config "$CONFIG" "$@" | tee -a "$published"
 }
-pub --status completed --count 2
-pub --status completed --store-id store-42
+pub --status completed --count 2 --store-id store-42
+pub --status completed --store-id store-7
 pub --status failed --count 2
-pub --status completed --reemit # the same event twice: stored once
-pub --status failed --tamper    # body changed after signing: quarantined
+pub --status completed --store-id store-42 --reemit # the same event twice: stored once
+pub --status failed --tamper                        # body changed after signing: quarantined
 # Last, one more good event: the relay works in queue order, so once this one is in the
 # log every message before it has been handled.
 pub --status completed
@@ -172,22 +326,78 @@ grep '"msg":"message quarantined"' "$RELAY_LOG" |
 	sed -e 's/.*"reason":"\([^"]*\)".*"detail":"\([^"]*\)".*"routing_key":"\([^"]*\)".*/  \3: \1 — \2/' ||
 	echo "  nothing quarantined"
 
+# Every destination takes every event: each bus gets this run's 7 (and any backlog an
+# earlier run's relay left in Redis). The sandbox is new each run, so it counts from 0.
+arrived_count() { curl -sS --max-time 10 "$SANDBOX/arrived?view=text" | sed -n "s|^$1: \\([0-9]*\\) .*|\\1|p" || true; }
+for ((i = 0; ; i++)); do
+	eb=$(arrived_count EventBridge) ki=$(arrived_count Kinesis) ps=$(arrived_count Pub/Sub)
+	((eb >= 7 && ki >= 7 && ps >= 7)) && break
+	if ((i >= 300)); then
+		curl -sS "$SANDBOX/arrived?view=text" >&2
+		grep '"msg":"delivery attempt"' "$RELAY_LOG" | grep -v '"class":"delivered"' | tail -n 5 >&2 || true
+		die "after 30 s the buses hold $eb (EventBridge), $ki (Kinesis), $ps (Pub/Sub) events, want 7 each (log: $RELAY_LOG)"
+	fi
+	kill -0 "$relay_pid" 2>/dev/null || die "the relay exited (log: $RELAY_LOG)"
+	sleep 0.1
+done
+
+say "the destinations' cards"
+if ((have_api)) && bin/relay destinations --help >/dev/null 2>&1; then
+	echo "-- relay destinations list --token env:RELAY_ADMIN_TOKEN"
+	bin/relay destinations list --token env:RELAY_ADMIN_TOKEN
+	for d in $ALL_DESTS; do
+		printf '\n-- relay destinations show %s --token env:RELAY_ADMIN_TOKEN\n' "${d%%:*}"
+		bin/relay destinations show "${d%%:*}" --token env:RELAY_ADMIN_TOKEN
+	done
+elif ((have_api)); then
+	for d in $ALL_DESTS; do
+		echo "-- GET $API/v1/connectors/${d#*:}/destinations/${d%%:*}"
+		api GET "/v1/connectors/${d#*:}/destinations/${d%%:*}" | pretty
+	done
+else
+	echo "  (no API in this relay build: each destination's stored state, from Redis)"
+	for d in $ALL_DESTS; do
+		echo "-- ${d%%:*} (${d#*:}): redis-cli HGETALL 'relay:{$ACCOUNT}:dest:${d%%:*}'"
+		rcli HGETALL "relay:{$ACCOUNT}:dest:${d%%:*}" | paste - - | grep -v -e '^fingerprint' -e '^lease' | sed -e 's/^/  /'
+	done
+fi
+
+say "arrived in each bus (sandbox: curl '$SANDBOX/arrived?view=text'; JSON without ?view=text)"
+curl -sS --max-time 10 "$SANDBOX/arrived?view=text"
+
 if [[ ${DEMO_EXIT:-} == 1 ]]; then
 	say "DEMO_EXIT=1: done"
 	exit 0
 fi
-stops="the relay"
-((started_peers)) && stops="the relay and the peers"
+stops="the relay, the sandbox and kinesalite"
+((started_peers)) && stops="the relay, the sandbox, kinesalite and the peers"
+cli=
+bin/relay destinations --help >/dev/null 2>&1 && cli="
+    bin/relay destinations list --token env:RELAY_ADMIN_TOKEN
+    bin/relay destinations show orders-stream --token env:RELAY_ADMIN_TOKEN"
+bin/relay watch --help >/dev/null 2>&1 && cli="$cli
+    bin/relay watch destination:orders-bus --token env:RELAY_ADMIN_TOKEN     (follow a channel; in another terminal)"
 cat <<EOF
 
-==> everything is running; Ctrl-C stops $stops
-  relay     pid $relay_pid, logs: tail -f $RELAY_LOG
-  RabbitMQ  $RELAY_RABBITMQ_URL
-  Redis     $RELAY_REDIS_URL   (redis-cli -p $redis_port XRANGE '$LOG_KEY' - +)
+==> everything is running; try:
+  the cards (operator API, admin token):
+    export RELAY_ADMIN_TOKEN=$RELAY_ADMIN_TOKEN
+    curl -s -H "Authorization: Bearer \$RELAY_ADMIN_TOKEN" $API/v1/connectors
+    curl -s -H "Authorization: Bearer \$RELAY_ADMIN_TOKEN" $API/v1/connectors/eventbridge/destinations/orders-bus
+    curl -s -X POST -H "Authorization: Bearer \$RELAY_ADMIN_TOKEN" $API/v1/connectors/kinesis/destinations/orders-stream/test
+    curl -s -X POST -H "Authorization: Bearer \$RELAY_ADMIN_TOKEN" $API/v1/connectors/pubsub/destinations/orders-topic/pause$cli
+  the customer's token (account:$ACCOUNT) sees only its own destinations: $RELAY_DEMO_ACCOUNT_TOKEN
+  what each bus took:   curl -s '$SANDBOX/arrived?view=text'    (JSON: $SANDBOX/arrived)
+  the customer breaks the role's trust policy; "send a test" (a fresh probe and session) then says what is wrong:
+    curl -s -X POST -d '{"role_arn":"arn:aws:iam::111122223333:role/mercamap-delivery","external_id":"not-yours"}' $SANDBOX/trust
+    curl -s -X POST -H "Authorization: Bearer \$RELAY_ADMIN_TOKEN" $API/v1/connectors/eventbridge/destinations/orders-bus/test
+    and mends it with the ExternalId on the card: POST the same to $SANDBOX/trust with "external_id":"<the card's>"
   publish more:
-    RELAY_RABBITMQ_URL=$RELAY_RABBITMQ_URL RELAY_REDIS_URL=$RELAY_REDIS_URL \\
-    FETCHER_EXTERNAL_HMAC_KEY=$FETCHER_EXTERNAL_HMAC_KEY \\
-    bin/relay publish --config $CONFIG --status completed --count 10
+    RELAY_RABBITMQ_URL=$RELAY_RABBITMQ_URL FETCHER_EXTERNAL_HMAC_KEY=$FETCHER_EXTERNAL_HMAC_KEY \\
+    RELAY_REDIS_URL=$RELAY_REDIS_URL RELAY_ADMIN_TOKEN=\$RELAY_ADMIN_TOKEN RELAY_DEMO_ACCOUNT_TOKEN=$RELAY_DEMO_ACCOUNT_TOKEN \\
+    bin/relay publish --config $CONFIG --status completed --store-id store-42 --count 10
+  logs: $RELAY_LOG, $SANDBOX_LOG, $KINESALITE_LOG
+  Ctrl-C stops $stops
 EOF
 wait "$relay_pid" || true
 say "the relay exited (log: $RELAY_LOG)"

@@ -42,6 +42,16 @@ alive() {
 	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
 }
 
+# running PIDFILE: the pid in PIDFILE is a live (not zombie) process, whatever its
+# command line (right after fork it is still this script's, until exec).
+running() {
+	local pid state
+	[[ -s $1 ]] || return 1
+	pid=$(<"$1")
+	state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+	[[ $state != Z ]]
+}
+
 # port_open PORT: something accepts TCP connections on 127.0.0.1:PORT.
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -61,7 +71,7 @@ wait_port() {
 	shift 4
 	until port_open "$port"; do
 		why=
-		alive "$pidfile" "$name" || why="exited before 127.0.0.1:$port opened"
+		running "$pidfile" || why="exited before 127.0.0.1:$port opened"
 		((SECONDS < deadline)) || why="did not open 127.0.0.1:$port within $limit s"
 		if [[ -n $why ]]; then
 			tail -n 40 "$@" >&2 || true

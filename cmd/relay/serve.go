@@ -3,21 +3,29 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"reflect"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/mercamap/relay/internal/api"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/ingest"
 	"github.com/mercamap/relay/internal/notify"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/stream"
 )
 
 func serveCmd(e env) *cobra.Command {
@@ -26,8 +34,14 @@ func serveCmd(e env) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the relay: ingest from RabbitMQ, deliver to destinations, serve the API",
 		Long: `serve loads the config (refusing to start on any problem check-config reports),
-consumes the job-events queue, stores each verified event in Redis before acking it, and
-runs until SIGINT or SIGTERM, when it finishes the messages in hand and exits.`,
+consumes the job-events queue, stores each verified event in Redis before acking it,
+delivers to the destinations it holds leases for, and serves the operator API on
+api.listen. SIGHUP re-reads the config: destinations and API tokens change at once (a
+file with problems is refused and the running config kept). It runs until SIGINT or
+SIGTERM, when it finishes the messages and writes in hand, ends API streams and exits.
+
+/healthz, /readyz and /metrics answer without a token: bind api.listen to a private
+interface.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
@@ -39,7 +53,7 @@ runs until SIGINT or SIGTERM, when it finishes the messages in hand and exits.`,
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), e, cfg, log)
+			return serve(cmd.Context(), e, path, cfg, log)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "relay.yaml", "path of the YAML config")
@@ -47,7 +61,12 @@ runs until SIGINT or SIGTERM, when it finishes the messages in hand and exits.`,
 	return cmd
 }
 
-func serve(ctx context.Context, e env, cfg *config.Config, log *slog.Logger) error {
+func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slog.Logger) error {
+	// Caught from the start: SIGHUP's default action would end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	st, err := store.Open(cfg.Redis.URL)
 	if err != nil {
 		return fmt.Errorf("redis.url: %w", err)
@@ -98,15 +117,130 @@ func serve(ctx context.Context, e env, cfg *config.Config, log *slog.Logger) err
 		return fmt.Errorf("load destination state from redis: %w", err)
 	}
 
-	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations))
+	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
+		Logger: log.With("component", "stream")})
+	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
+		Gatherer: reg, Broker: consumer.Connected, Logger: log.With("component", "api")})
+	reg.MustRegister(api.NewQueueDepth(st, disp.Held))
+	ln, err := net.Listen("tcp", cfg.API.Listen)
+	if err != nil {
+		return fmt.Errorf("api.listen: %w", err)
+	}
+	httpSrv := &http.Server{
+		Handler:           apiSrv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: it would cut every SSE stream; each stream bounds its own writes.
+		ErrorLog: slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn),
+	}
+	// Shutdown waits for handlers, and a subscription never ends on its own.
+	httpSrv.RegisterOnShutdown(apiSrv.CloseStreams)
+
+	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
+		"api", ln.Addr().String())
+	rl := &reloader{path: path, getenv: e.getenv, log: log, disp: disp, api: apiSrv, current: cfg}
 	var wg sync.WaitGroup
 	var ingestErr error
-	wg.Add(2)
+	wg.Add(5)
 	go func() { defer wg.Done(); ingestErr = consumer.Run(ctx) }()
 	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server stopped", "error", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), apiShutdownTimeout)
+		defer cancel()
+		if err := httpSrv.Shutdown(sctx); err != nil {
+			log.Warn("api requests still running at shutdown; closing them", "error", err)
+			_ = httpSrv.Close()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				rl.reload(ctx)
+			}
+		}
+	}()
 	wg.Wait()
 	log.Info("relay stopped")
 	return ingestErr
+}
+
+// apiShutdownTimeout bounds how long a stopping relay waits for API calls in flight
+// (a test send waits for its one write).
+const apiShutdownTimeout = 10 * time.Second
+
+// reloader applies a re-read config on SIGHUP.
+type reloader struct {
+	path    string
+	getenv  func(string) string
+	log     *slog.Logger
+	disp    *dispatch.Dispatcher
+	api     *api.Server
+	current *config.Config
+}
+
+// reload re-reads the file. A file with problems is refused whole and the running config
+// kept; otherwise the dispatcher takes the destinations (work in flight finishes; a
+// removed or redefined destination's worker stops at its next step) and the API the
+// tokens, accounts and identity. Nothing secret is logged: problems never hold values.
+func (r *reloader) reload(ctx context.Context) {
+	next, err := config.Load(r.path, r.getenv)
+	if err != nil {
+		var problems config.Problems
+		if errors.As(err, &problems) {
+			for _, p := range problems {
+				r.log.Error("config reload refused; the running config stays", "problem", p.String())
+			}
+		} else {
+			r.log.Error("config reload refused; the running config stays", "error", err)
+		}
+		return
+	}
+	if err := r.disp.SetDestinations(ctx, next.Destinations); err != nil {
+		r.log.Error("config reload refused: destination state not written; the running config stays", "error", err)
+		return
+	}
+	r.api.Reload(next)
+	for _, setting := range restartOnly(r.current, next) {
+		r.log.Warn("config change takes effect at the next restart", "setting", setting)
+	}
+	r.current = next
+	r.log.Info("config reloaded", "destinations", len(next.Destinations), "accounts", len(next.Accounts),
+		"tokens", len(next.API.Tokens))
+}
+
+// restartOnly names the settings that differ between two configs and that the running
+// process cannot change: connections, verification, routing of events to accounts,
+// delivery timings and our identity in the sinks.
+func restartOnly(old, next *config.Config) []string {
+	var out []string
+	check := func(name string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			out = append(out, name)
+		}
+	}
+	check("redis", old.Redis, next.Redis)
+	check("rabbitmq", old.RabbitMQ, next.RabbitMQ)
+	check("signature", old.Signature, next.Signature)
+	check("dedup_window", old.DedupWindow, next.DedupWindow)
+	check("api.listen", old.API.Listen, next.API.Listen)
+	check("aws", old.AWS, next.AWS)
+	check("gcp", old.GCP, next.GCP)
+	check("delivery", old.Delivery, next.Delivery)
+	check("accounts", old.Accounts, next.Accounts)
+	check("identity (the sinks'; cards show the new one now)", old.Identity, next.Identity)
+	return out
 }
 
 // replicaName names this process in destination leases: unique per start.

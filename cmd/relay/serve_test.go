@@ -46,6 +46,8 @@ redis:
   url: %s
 signature:
   keys: [env:TEST_HMAC_KEY]
+api:
+  listen: 127.0.0.1:0   # any free port: tests run relays side by side
 accounts:
   - id: acct_1
     tenants: [single-tenant]

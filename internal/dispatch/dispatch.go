@@ -68,6 +68,7 @@ type Dispatcher struct {
 
 	mu      sync.Mutex
 	dests   map[string]destination.Destination // by id, as configured
+	loaded  bool                               // SetDestinations ran once: later calls are reloads
 	workers map[string]*worker                 // by id, the leases held
 	wake    map[string]chan struct{}           // per account: new log entries (closed and replaced)
 }
@@ -104,24 +105,48 @@ func New(opts Options) *Dispatcher {
 func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.Destination) error {
 	next := make(map[string]destination.Destination, len(dests))
 	for _, dest := range dests {
-		res, err := d.opts.Store.Ensure(ctx, ref(dest), "relay-"+randomHex(16), dest.Fingerprint(), d.opts.Delivery.ChannelRetention)
-		if err != nil {
-			return fmt.Errorf("destination %s: %w", dest.ID, err)
-		}
-		if res == "redefined" {
-			d.opts.Logger.Info("destination redefined by config", "destination", dest.ID)
-		}
 		next[dest.ID] = dest
 	}
+	// Swap first, then touch Redis: a watcher that reacts to resync.required must find
+	// the new definition already in place.
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	prev, reload := d.dests, d.loaded
+	d.loaded = true
 	for id, w := range d.workers {
 		if nd, ok := next[id]; !ok || nd.Fingerprint() != w.dest.Fingerprint() {
 			w.stop() // removed or redefined: the lease round starts it again if it is still ours
 		}
 	}
 	d.dests = next
+	d.mu.Unlock()
+
+	retention := d.opts.Delivery.ChannelRetention
+	for _, dest := range dests {
+		res, err := d.opts.Store.Ensure(ctx, ref(dest), "relay-"+randomHex(16), dest.Fingerprint(), retention)
+		if err != nil {
+			return fmt.Errorf("destination %s: %w", dest.ID, err)
+		}
+		switch {
+		case res == "redefined":
+			d.opts.Logger.Info("destination redefined by config", "destination", dest.ID)
+		case res == "new" && reload:
+			d.resync(ctx, dest, "the destination was added to config")
+		}
+	}
+	for id, old := range prev {
+		if _, kept := next[id]; !kept {
+			d.resync(ctx, old, "the destination was removed from config; its state is kept")
+		}
+	}
 	return nil
+}
+
+// resync tells the destination's and the account's watchers to load a new snapshot.
+func (d *Dispatcher) resync(ctx context.Context, dest destination.Destination, reason string) {
+	fields := map[string]any{"destination": dest.ID, "reason": reason}
+	if _, err := d.opts.Store.Emit(ctx, ref(dest), "resync.required", fields, d.opts.Delivery.ChannelRetention); err != nil {
+		d.opts.Logger.Warn("resync.required not recorded", "destination", dest.ID, "error", err)
+	}
 }
 
 // Destinations returns the configured destinations, sorted by id.

@@ -456,6 +456,9 @@ func TestRedefinedDestinationAsksWatchersToResyncAndRemovedOneKeepsItsState(t *t
 	if _, ok := r.d.Destination("orders"); ok {
 		t.Fatal("removed destination still configured")
 	}
+	if types := r.channelTypes(store.AccountChannel(acct)); !slices.Equal(types, []string{"resync.required", "resync.required"}) {
+		t.Fatalf("account channel after removal = %v, want a resync for the removal too", types)
+	}
 	if err := r.d.SetDestinations(ctx, []destination.Destination{dest}); err != nil {
 		t.Fatal(err)
 	}

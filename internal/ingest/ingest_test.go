@@ -386,3 +386,60 @@ func TestRedisDownAcksNothingAndLosesNothing(t *testing.T) {
 		t.Fatalf("log holds %d entries for %d events, want 200 each", len(entries), len(seen))
 	}
 }
+
+// TestSignedButUnusableMessagesAreQuarantinedWithTheirReason covers the reasons a
+// correctly signed message can still be refused: unsigned headers that disagree with
+// the signed ones, a missing CloudEvents attribute, a body that is not JSON.
+func TestSignedButUnusableMessagesAreQuarantinedWithTheirReason(t *testing.T) {
+	r := newRig(t, testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t), "relay-test-unusable")
+	r.start()
+	ch := r.channel()
+	now := time.Now()
+	build := func(name string, job jobevent.Job, edit func(*amqp.Publishing)) amqp.Publishing {
+		msg := jobevent.Build(job, r.topo.Exchange, r.key, now)
+		edit(&msg)
+		msg.MessageId = name
+		return msg
+	}
+	job := func(n int) jobevent.Job {
+		return jobevent.Job{ID: fmt.Sprintf("0190f2a4-bbbb-7000-8000-%012d", n), Status: "completed"}
+	}
+	cases := map[string]amqp.Publishing{
+		TenantMismatch: build(TenantMismatch, job(1), func(m *amqp.Publishing) {
+			m.Headers["ce-tenantid"] = []byte("tenant-b") // unsigned, routes elsewhere
+		}),
+		EventIDMismatch: build(EventIDMismatch, job(2), func(m *amqp.Publishing) {
+			m.Headers["ce-id"] = []byte("fetcher.job.completed.someone-else") // would dodge dedup
+		}),
+		"not_a_cloudevent": build("not_a_cloudevent", job(3), func(m *amqp.Publishing) {
+			delete(m.Headers, "ce-specversion")
+		}),
+		"body_not_json": {MessageId: "body_not_json"},
+	}
+	// A body that is not JSON, signed correctly (the signature covers the raw bytes).
+	notJSON := jobevent.Job{ID: "", Status: "completed", Body: []byte("not json")}
+	cases["body_not_json"] = build("body_not_json", notJSON, func(*amqp.Publishing) {})
+	for _, m := range cases {
+		r.publish(ch, "job.completed", m)
+	}
+	waitFor(t, 10*time.Second, "every message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == float64(len(cases)) })
+	got := map[string]string{}
+	for {
+		d, ok, err := ch.Get(r.topo.QuarantineQueue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got[d.MessageId], _ = d.Headers["x-relay-reason"].(string)
+	}
+	for name := range cases {
+		if got[name] != name {
+			t.Errorf("%s: quarantined with reason %q", name, got[name])
+		}
+	}
+	if n := len(r.log()); n != 0 {
+		t.Errorf("%d events stored, want none", n)
+	}
+}

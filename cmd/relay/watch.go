@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mercamap/relay/internal/stream"
+)
+
+func watchCmd(e env) *cobra.Command {
+	var flags apiFlags
+	var maxHeld int
+	cmd := &cobra.Command{
+		Use:   "watch CHANNEL",
+		Short: "Follow a channel (destination:<id> or account:<id>) and print each change",
+		Long: `watch follows one channel of a running relay the way the API contract says a client
+must: it subscribes, loads the snapshot, applies each event once and in sequence order,
+fills gaps by replay, loads a new snapshot when its cursor expired or the relay says
+resync.required, and reconnects (with Last-Event-ID) whenever the connection drops. It
+prints the destinations' status from each snapshot, then one line per event applied.
+It stops on Ctrl-C, or when the relay refuses the token or the channel.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			caller, err := flags.caller(e.getenv)
+			if err != nil {
+				return err
+			}
+			c := stream.NewClient(stream.ClientOptions{
+				Caller: caller, Channel: args[0], MaxHeld: maxHeld,
+				OnSnapshot: func(v stream.View) { printSnapshot(e.stdout, v) },
+				OnApply:    func(ev stream.Event, card stream.Card) { printEvent(e.stdout, ev, card) },
+				Logger:     slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			})
+			return c.Run(cmd.Context())
+		},
+	}
+	flags.register(cmd)
+	cmd.Flags().IntVar(&maxHeld, "max-held", 1000, "early events held while a gap fills, before a new snapshot is loaded instead")
+	return cmd
+}
+
+func printSnapshot(w io.Writer, v stream.View) {
+	fmt.Fprintf(w, "snapshot %s at sequence %d\n", v.Channel, v.Sequence)
+	for _, id := range slices.Sorted(maps.Keys(v.Destinations)) {
+		fmt.Fprintln(w, "  "+cardLine(v.Destinations[id]))
+	}
+}
+
+func cardLine(c stream.Card) string {
+	s := fmt.Sprintf("%s (%s): %s, %d consecutive failures", c.ID, c.Connector, c.Status, c.ConsecutiveFailures)
+	if c.Disabled != nil {
+		s += "; disabled: " + c.Disabled.Reason
+	} else if f := c.LastFailure; f != nil {
+		s += "; last failure " + f.Class + ": " + f.Message
+	}
+	return s
+}
+
+// printEvent prints one applied event on one line: sequence, time, type, then what it
+// did to its destination.
+func printEvent(w io.Writer, ev stream.Event, card stream.Card) {
+	var data struct {
+		EventID string `json:"event_id"`
+		Message string `json:"message"`
+		Reason  string `json:"reason"`
+		Test    bool   `json:"test"`
+	}
+	_ = json.Unmarshal(ev.Data, &data)
+	parts := []string{fmt.Sprintf("#%d", ev.Sequence), ev.Time.Format(time.RFC3339), ev.Type}
+	if card.ID != "" {
+		parts = append(parts, fmt.Sprintf("%s → %s, %d failures", card.ID, card.Status, card.ConsecutiveFailures))
+	}
+	if data.EventID != "" {
+		parts = append(parts, "event "+data.EventID)
+	}
+	if data.Test {
+		parts = append(parts, "(test)")
+	}
+	if strings.HasPrefix(ev.Type, "delivery.") && ev.Type != "delivery.succeeded" && data.Message != "" {
+		parts = append(parts, "— "+data.Message)
+	} else if data.Reason != "" {
+		parts = append(parts, "— "+data.Reason)
+	}
+	fmt.Fprintln(w, strings.Join(parts, "  "))
+}

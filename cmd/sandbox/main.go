@@ -1,0 +1,43 @@
+// Command sandbox is a local stand-in for the customers' side of the clouds, for
+// `make demo` and for trying the relay by hand. On 127.0.0.1 only, it serves:
+//
+//   - STS (AssumeRole) that enforces each role's trust policy, ExternalId included
+//     (internal/awstest): a role trusts nobody until POST /trust registers it;
+//   - EventBridge (PutEvents) that takes a write only when it is signed with a live
+//     session that STS handed out;
+//   - Google Pub/Sub (pstest, plain gRPC): topics with labels, as the customer made them;
+//   - Kinesis: a front for a kinesalite started separately, taking PutRecord only with a
+//     live STS session, like EventBridge; everything else passes straight through.
+//
+// and an admin HTTP API (JSON) for what the customer does in their own cloud, and to see
+// what each bus took:
+//
+//	POST /trust   {"role_arn","external_id"}           the role's trust policy, pasted from the card
+//	POST /topics  {"project","topic","labels":{…}}     a topic with labels, and a subscription the sandbox reads
+//	POST /streams {"name"}                             a one-shard Kinesis stream, ACTIVE when answered
+//	GET  /arrived                                      everything each bus took so far, in order
+//	GET  /arrived?view=text                            the same, one line per event, for people
+//
+// It prints its addresses on start and stops on SIGINT or SIGTERM. Nothing is stored: a
+// new sandbox starts empty.
+//
+//	sandbox --kinesalite http://127.0.0.1:24584   (see sandbox --help for the listen addresses)
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,156 @@
+// Package api serves the operator HTTP API: destination cards and actions, the
+// channels' snapshot, replay and SSE routes, health, readiness and metrics, behind
+// bearer tokens scoped admin or account:<id>. It never logs or echoes a token, and it
+// never changes state except through the dispatcher.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/stream"
+)
+
+// Destinations is what the API needs of the dispatcher: the configured destinations
+// and the actions on them.
+type Destinations interface {
+	Destinations() []destination.Destination
+	Destination(id string) (destination.Destination, bool)
+	Pause(ctx context.Context, id string) error
+	Activate(ctx context.Context, id string) error
+	Disable(ctx context.Context, id, reason string) ([]string, error)
+	Test(ctx context.Context, id string) (failures.Outcome, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	Config       *config.Config // tokens, accounts and identity; Reload replaces them
+	Destinations Destinations
+	Store        *store.Store
+	Streams      *stream.Channels
+	Gatherer     prometheus.Gatherer // what /metrics shows (nil: an empty registry)
+	Broker       func() bool         // the broker consumer is connected (nil: not checked)
+	Logger       *slog.Logger
+}
+
+// Server is the operator API. Handler serves it.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	tokens   *tokens
+	accounts atomic.Pointer[map[string]bool] // the configured accounts
+	mux      *http.ServeMux
+
+	mu      sync.Mutex
+	subs    map[*subscription]struct{}
+	closing bool
+}
+
+// New returns a Server for opts.Config's tokens and accounts.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Gatherer == nil {
+		opts.Gatherer = prometheus.NewRegistry()
+	}
+	s := &Server{opts: opts, log: opts.Logger, tokens: newTokens(), subs: map[*subscription]struct{}{}}
+	if opts.Config != nil {
+		s.Reload(opts.Config)
+	}
+	s.routes()
+	return s
+}
+
+// Handler is the API's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Reload takes a new config's tokens, accounts and identity (the destinations come
+// through the dispatcher, which the caller reloads first), and closes every open
+// subscription the new config no longer allows.
+func (s *Server) Reload(cfg *config.Config) {
+	accounts := map[string]bool{}
+	for _, a := range cfg.Accounts {
+		accounts[a.ID] = true
+	}
+	s.accounts.Store(&accounts)
+	if s.opts.Streams != nil {
+		s.opts.Streams.SetIdentity(cfg.Identity)
+	}
+	s.SetTokens(cfg.API.Tokens)
+}
+
+// SetTokens replaces the accepted tokens. A token that was accepted before and is not
+// in list answers 403 ACCESS_REVOKED from now on, and its open subscriptions end.
+func (s *Server) SetTokens(list []config.Token) {
+	s.tokens.set(list)
+	s.recheckSubscriptions()
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /healthz", s.healthz)
+	m.HandleFunc("GET /readyz", s.readyz)
+	// No token on /metrics (nor on the health checks): bind api.listen to a private
+	// interface. Scrapers and probes should not need a secret.
+	m.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+
+	m.HandleFunc("GET /v1/connectors", s.authed(s.listConnectors))
+	m.HandleFunc("GET /v1/connectors/{connector}/destinations", s.authed(s.listDestinations))
+	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}", s.authed(s.getDestination))
+	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/pause", s.authed(s.pause))
+	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/activate", s.authed(s.activate))
+	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/test", s.authed(s.test))
+	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/disable", s.authed(s.disable))
+	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}/attempts", s.authed(s.attempts))
+
+	m.HandleFunc("GET /v1/streams/{channel}/snapshot", s.authed(s.snapshot))
+	m.HandleFunc("GET /v1/streams/{channel}/events", s.authed(s.events))
+	m.HandleFunc("GET /v1/streams/{channel}/subscribe", s.authed(s.subscribe))
+
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errNotFound("no such route: "+r.Method+" "+r.URL.Path))
+	})
+	s.mux = m
+}
+
+// authed checks the bearer token before h runs.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, e := s.tokens.authenticate(r)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// accountKnown reports whether acct is configured, or owns a configured destination.
+func (s *Server) accountKnown(acct string) bool {
+	if m := s.accounts.Load(); m != nil && (*m)[acct] {
+		return true
+	}
+	for _, d := range s.opts.Destinations.Destinations() {
+		if d.Account == acct {
+			return true
+		}
+	}
+	return false
+}
+
+// internal answers 500 for an error that is ours, and logs it (requests carry no secret).
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	writeError(w, errInternal())
+}

@@ -1,0 +1,328 @@
+// Package apitest runs the operator API for tests: a real Redis, a real Dispatcher
+// with a programmable Sink of our own, the API behind httptest, and a TCP proxy a test
+// can cut. It is test support only; the relay itself never imports it.
+package apitest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mercamap/relay/internal/api"
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/stream"
+	"github.com/mercamap/relay/internal/testpeer"
+)
+
+// The accounts and tokens every rig has.
+const (
+	Acct1      = "acct_1"
+	Acct2      = "acct_2"
+	AdminToken = "admin-token-0123456789"
+	Acct1Token = "acct1-token-0123456789"
+	Acct2Token = "acct2-token-0123456789"
+)
+
+// Identity is ours, as cards show it.
+var Identity = destination.Identity{Name: "mercamap",
+	AWSPrincipalARN:   "arn:aws:iam::999999999999:role/relay-delivery",
+	GCPServiceAccount: "relay@relay-prod.iam.gserviceaccount.com"}
+
+// Destinations are the rig's: three of acct_1 (the bus and the stream share an AWS
+// account, so disabling one cascades to the other) and one of acct_2.
+func Destinations() []destination.Destination {
+	return []destination.Destination{
+		{ID: "orders-bus", Account: Acct1, Connector: destination.EventBridge,
+			BusARN:  "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+			RoleARN: "arn:aws:iam::111122223333:role/mercamap-delivery"},
+		{ID: "orders-stream", Account: Acct1, Connector: destination.Kinesis,
+			StreamARN: "arn:aws:kinesis:eu-west-1:111122223333:stream/orders",
+			RoleARN:   "arn:aws:iam::111122223333:role/mercamap-delivery",
+			KMSKeyARN: "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"},
+		{ID: "orders-topic", Account: Acct1, Connector: destination.PubSub, ProjectID: "acme-prod", TopicID: "relay-events"},
+		{ID: "other-bus", Account: Acct2, Connector: destination.EventBridge,
+			BusARN:  "arn:aws:events:us-east-1:444455556666:event-bus/other",
+			RoleARN: "arn:aws:iam::444455556666:role/mercamap-delivery"},
+	}
+}
+
+// Config is the rig's config: both accounts, all destinations, the three tokens.
+func Config() *config.Config {
+	return &config.Config{
+		Identity: Identity,
+		API: config.API{Listen: "127.0.0.1:0", Tokens: []config.Token{
+			{Scope: config.AdminScope, Token: AdminToken},
+			{Scope: "account:" + Acct1, Token: Acct1Token},
+			{Scope: "account:" + Acct2, Token: Acct2Token},
+		}},
+		Delivery:     Delivery(),
+		Accounts:     []config.Account{{ID: Acct1, Tenants: []string{"t1"}}, {ID: Acct2, Tenants: []string{"t2"}}},
+		Destinations: Destinations(),
+	}
+}
+
+// Delivery holds timings small enough for tests.
+func Delivery() config.Delivery {
+	return config.Delivery{
+		NotTakenBackoff: config.Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond},
+		MaxMessageAge:   time.Hour, DisableAfter: 20, LeaseTTL: 900 * time.Millisecond,
+		ChannelRetention: time.Hour, AttemptsRetention: 2 * time.Hour,
+	}
+}
+
+// Sink is our own dispatch.Sink: it answers what Behave says (nil: delivered) and
+// records what it accepted.
+type Sink struct {
+	mu        sync.Mutex
+	behave    func(dest string, m destination.Message) error
+	delivered map[string][]string
+}
+
+// SetBehave changes what the sink answers from now on.
+func (s *Sink) SetBehave(f func(dest string, m destination.Message) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.behave = f
+}
+
+// Send implements dispatch.Sink.
+func (s *Sink) Send(_ context.Context, d destination.Destination, m destination.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.behave != nil {
+		err = s.behave(d.ID, m)
+	}
+	if err == nil {
+		if s.delivered == nil {
+			s.delivered = map[string][]string{}
+		}
+		s.delivered[d.ID] = append(s.delivered[d.ID], m.EventID)
+	}
+	return err
+}
+
+// Delivered lists the event ids written to dest, in order.
+func (s *Sink) Delivered(dest string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.delivered[dest])
+}
+
+// Options change a rig.
+type Options struct {
+	Stream stream.Options // KeepAlive, BroadcastLimit, Poll, Drop; the rest is filled in
+	// Registry, when set, gets the dispatch metrics and the queue-depth collector, and
+	// is what /metrics shows.
+	Registry *prometheus.Registry
+	Broker   func() bool // readiness of the broker (nil: always connected)
+}
+
+// Rig is a running API over a real Redis and Dispatcher.
+type Rig struct {
+	T          testing.TB
+	Store      *store.Store
+	Sink       *Sink
+	Dispatcher *dispatch.Dispatcher
+	Streams    *stream.Channels
+	API        *api.Server
+	HTTP       *httptest.Server
+	URL        string
+
+	nextJob int
+}
+
+// New starts a rig; the dispatcher is not running until Start.
+func New(t testing.TB, opts Options) *Rig {
+	t.Helper()
+	st, err := store.Open(testpeer.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	sink := &Sink{}
+	cfg := Config()
+	var metrics *dispatch.Metrics
+	var gatherer prometheus.Gatherer
+	if opts.Registry != nil {
+		metrics, gatherer = dispatch.NewMetrics(opts.Registry), opts.Registry
+	}
+	disp := dispatch.New(dispatch.Options{
+		Store: st, Delivery: cfg.Delivery, Accounts: cfg.Accounts, Poll: 20 * time.Millisecond, Metrics: metrics,
+		Sinks: map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
+	})
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(api.NewQueueDepth(st, disp.Held))
+	}
+	broker := opts.Broker
+	if broker == nil {
+		broker = func() bool { return true }
+	}
+	if err := disp.SetDestinations(context.Background(), cfg.Destinations); err != nil {
+		t.Fatal(err)
+	}
+	so := opts.Stream
+	so.Store, so.Directory, so.Identity = st, disp, cfg.Identity
+	if so.Poll == 0 {
+		so.Poll = 10 * time.Millisecond
+	}
+	streams := stream.New(so)
+	srv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams, Broker: broker, Gatherer: gatherer})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.CloseStreams() // SSE handlers end, so Close does not wait on them
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	return &Rig{T: t, Store: st, Sink: sink, Dispatcher: disp, Streams: streams, API: srv, HTTP: hs, URL: hs.URL}
+}
+
+// Start runs the dispatcher until the test ends.
+func (r *Rig) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Dispatcher.Run(ctx) }()
+	r.T.Cleanup(func() { cancel(); <-done })
+}
+
+// Publish appends n job.completed events to acct's log and returns their ids.
+func (r *Rig) Publish(acct string, n int) []string {
+	r.T.Helper()
+	var batch []store.Append
+	var ids []string
+	for range n {
+		r.nextJob++
+		id := fmt.Sprintf("fetcher.job.completed.job-%05d", r.nextJob)
+		ids = append(ids, id)
+		batch = append(batch, store.Append{Accounts: []string{acct}, Entry: store.Entry{
+			EventID: id, Type: "job.completed", Time: time.Now().UTC().Format(time.RFC3339Nano), SchemaVersion: "1.0.0",
+			Data: []byte(fmt.Sprintf(`{"jobId":"job-%05d"}`, r.nextJob)),
+		}})
+	}
+	if _, err := r.Store.AppendBatch(context.Background(), batch, time.Hour, time.Hour); err != nil {
+		r.T.Fatal(err)
+	}
+	return ids
+}
+
+// Sequence is a channel's current sequence.
+func (r *Rig) Sequence(acct, channel string) int64 {
+	r.T.Helper()
+	n, err := r.Store.ChannelSequence(context.Background(), acct, channel)
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	return n
+}
+
+// WaitFor polls cond until it holds, failing the test after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Proxy forwards TCP connections to a target; Cut closes every open one, as a network
+// failure would, while new connections still go through.
+type Proxy struct {
+	URL string
+	ln  net.Listener
+
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	down     bool
+	accepted int
+}
+
+// Accepted is how many connections the proxy has let through.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+// NewProxy listens on loopback and forwards to target (host:port).
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{URL: "http://" + ln.Addr().String(), ln: ln, conns: map[net.Conn]struct{}{}}
+	go p.serve(target)
+	t.Cleanup(func() { ln.Close(); p.Cut() })
+	return p
+}
+
+func (p *Proxy) serve(target string) {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
+		p.accepted++
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			p.mu.Lock()
+			delete(p.conns, dst)
+			delete(p.conns, src)
+			p.mu.Unlock()
+		}
+		go pipe(out, in)
+		go pipe(in, out)
+	}
+}
+
+// Cut closes every connection open through the proxy.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// SetDown makes the proxy refuse (close at once) every new connection while down,
+// after cutting the open ones.
+func (p *Proxy) SetDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+	if down {
+		p.Cut()
+	}
+}

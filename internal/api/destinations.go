@@ -1,0 +1,229 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/stream"
+)
+
+// Attempt page limits.
+const (
+	defaultAttemptsLimit = 50
+	maxAttemptsLimit     = 500
+)
+
+type connectorCount struct {
+	Connector    string `json:"connector"`
+	Destinations int    `json:"destinations"`
+}
+
+func (s *Server) listConnectors(w http.ResponseWriter, r *http.Request, p principal) {
+	counts := map[destination.Connector]int{}
+	for _, d := range s.opts.Destinations.Destinations() {
+		if p.sees(d.Account) {
+			counts[d.Connector]++
+		}
+	}
+	out := []connectorCount{}
+	for _, c := range destination.Connectors() {
+		out = append(out, connectorCount{Connector: string(c), Destinations: counts[c]})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"connectors": out})
+}
+
+func (s *Server) listDestinations(w http.ResponseWriter, r *http.Request, p principal) {
+	conn := destination.Connector(r.PathValue("connector"))
+	if !conn.Known() {
+		writeError(w, errNotFound("no connector "+strconv.Quote(string(conn))+": use eventbridge, kinesis or pubsub"))
+		return
+	}
+	cards := []stream.Card{}
+	for _, d := range s.opts.Destinations.Destinations() {
+		// Listed only under its own connector, and only to a token that may see it.
+		if d.Connector != conn || !p.sees(d.Account) {
+			continue
+		}
+		card, err := s.opts.Streams.Card(r.Context(), d)
+		if errors.Is(err, stream.ErrNotFound) {
+			continue // removed from Redis under us; the next reload makes it again
+		}
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
+		cards = append(cards, card)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"destinations": cards})
+}
+
+// lookup finds the destination of a /v1/connectors/{connector}/destinations/{id} path.
+// Another account's destination answers exactly like a missing one, so an account token
+// cannot learn which ids exist; so does one that lives under another connector.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request, p principal) (destination.Destination, bool) {
+	conn := destination.Connector(r.PathValue("connector"))
+	if !conn.Known() {
+		writeError(w, errNotFound("no connector "+strconv.Quote(string(conn))+": use eventbridge, kinesis or pubsub"))
+		return destination.Destination{}, false
+	}
+	id := r.PathValue("id")
+	d, ok := s.opts.Destinations.Destination(id)
+	if !ok || d.Connector != conn || !p.sees(d.Account) {
+		writeError(w, errNotFound("no destination "+strconv.Quote(id)+" under "+string(conn)))
+		return destination.Destination{}, false
+	}
+	return d, true
+}
+
+func (s *Server) getDestination(w http.ResponseWriter, r *http.Request, p principal) {
+	if d, ok := s.lookup(w, r, p); ok {
+		s.writeCard(w, r, d)
+	}
+}
+
+func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, d destination.Destination) {
+	card, err := s.opts.Streams.Card(r.Context(), d)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, card)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, p principal) {
+	d, ok := s.lookup(w, r, p)
+	if !ok {
+		return
+	}
+	if err := s.opts.Destinations.Pause(r.Context(), d.ID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("destination paused through the api", "destination", d.ID, "admin", p.admin)
+	s.writeCard(w, r, d)
+}
+
+func (s *Server) activate(w http.ResponseWriter, r *http.Request, p principal) {
+	d, ok := s.lookup(w, r, p)
+	if !ok {
+		return
+	}
+	if err := s.opts.Destinations.Activate(r.Context(), d.ID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("destination activated through the api", "destination", d.ID, "admin", p.admin)
+	s.writeCard(w, r, d)
+}
+
+func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
+	d, ok := s.lookup(w, r, p)
+	if !ok {
+		return
+	}
+	outcome, err := s.opts.Destinations.Test(r.Context(), d.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"outcome": string(outcome.Class), "message": outcome.Message})
+}
+
+func (s *Server) disable(w http.ResponseWriter, r *http.Request, p principal) {
+	d, ok := s.lookup(w, r, p)
+	if !ok {
+		return // another account's id: 404 first, so existence does not leak
+	}
+	if !p.admin {
+		// Disabling cascades over the account's other destinations in the same cloud
+		// account or project: an operator's call. The contract has one 403 code, so an
+		// account token gets ACCESS_REVOKED here — on its own destination only.
+		writeError(w, errRevoked("disabling a destination takes an admin token; pause it instead"))
+		return
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10)); err != nil {
+		writeError(w, errInvalid("cannot read the body"))
+		return
+	} else if len(b) > 0 && json.Unmarshal(b, &body) != nil {
+		writeError(w, errInvalid(`the body must be JSON like {"reason":"…"} or empty`))
+		return
+	}
+	ids, err := s.opts.Destinations.Disable(r.Context(), d.ID, body.Reason)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("destination disabled through the api", "destination", d.ID, "disabled", ids)
+	if ids == nil {
+		ids = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string][]string{"disabled": ids})
+}
+
+func (s *Server) attempts(w http.ResponseWriter, r *http.Request, p principal) {
+	d, ok := s.lookup(w, r, p)
+	if !ok {
+		return
+	}
+	before, e := intParam(r, "before", 0, 0)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	limit, e := intParam(r, "limit", defaultAttemptsLimit, 1)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	limit = min(limit, maxAttemptsLimit)
+	// One more than asked tells whether a next page exists.
+	list, err := s.opts.Store.Attempts(r.Context(), store.Ref{Account: d.Account, ID: d.ID}, before, limit+1)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	var next *int64
+	if int64(len(list)) > limit {
+		list = list[:limit]
+		n := list[limit-1].N
+		next = &n
+	}
+	if list == nil {
+		list = []store.Attempt{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"attempts": list, "next": next})
+}
+
+// intParam reads a query number ≥ least, or def when absent.
+func intParam(r *http.Request, name string, def, least int64) (int64, *apiError) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < least {
+		return 0, errInvalid(name + " must be a whole number of at least " + strconv.FormatInt(least, 10))
+	}
+	return n, nil
+}
+
+// fail answers for an error of the dispatcher or the channels.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, dispatch.ErrNotFound), errors.Is(err, store.ErrUnknownDestination), errors.Is(err, stream.ErrNotFound):
+		writeError(w, errNotFound("no such destination (the config was reloaded?)"))
+	case errors.Is(err, stream.ErrCursorExpired):
+		writeError(w, errExpired("the cursor is older than what the channel keeps: load a new snapshot"))
+	default:
+		s.internal(w, r, err)
+	}
+}

@@ -1,0 +1,139 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// APIError is an error answer of the operator API: {"error":{"code","message"}}.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}
+
+// Caller calls the operator API with a bearer token. The token goes only into the
+// Authorization header: never into a URL, an error or a log line.
+type Caller struct {
+	Base  string       // e.g. http://127.0.0.1:8080
+	Token string       // bearer token
+	HTTP  *http.Client // nil: http.DefaultClient (no overall timeout: subscriptions are long)
+}
+
+// callTimeout bounds one JSON call that has no deadline of its own.
+const callTimeout = 30 * time.Second
+
+// Do sends one JSON call and decodes the answer into out (when not nil). An error answer
+// comes back as *APIError.
+func (c *Caller) Do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := c.request(ctx, method, path, query, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// subscribe opens a channel's SSE stream, after the sequence after (none when < 0). It
+// returns once the response headers arrived: the server has fixed its starting point.
+func (c *Caller) subscribe(ctx context.Context, channel string, after int64) (*http.Response, error) {
+	req, err := c.request(ctx, http.MethodGet, ChannelPath(channel, "subscribe"), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if after >= 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+	}
+	resp, err := c.client().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		resp.Body.Close()
+		return nil, fmt.Errorf("subscribe %s: answered %q, not text/event-stream", channel, ct)
+	}
+	return resp, nil
+}
+
+func (c *Caller) request(ctx context.Context, method, path string, query url.Values, body io.Reader) (*http.Request, error) {
+	u := strings.TrimRight(c.Base, "/") + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	return req, nil
+}
+
+func (c *Caller) client() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+// ChannelPath is the API path of one of a channel's calls (snapshot, events, subscribe).
+func ChannelPath(channel, call string) string {
+	return "/v1/streams/" + url.PathEscape(channel) + "/" + call
+}
+
+func decodeError(resp *http.Response) error {
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(b, &body) != nil || body.Error.Code == "" {
+		return &APIError{Status: resp.StatusCode, Code: "HTTP_" + strconv.Itoa(resp.StatusCode),
+			Message: strings.TrimSpace(string(b))}
+	}
+	return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+}

@@ -1,0 +1,59 @@
+package stream
+
+import (
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/store"
+)
+
+// Card is a destination as the API shows it: what the config defines, how to set it
+// up, and its stored state as of Sequence (its own channel's sequence).
+type Card struct {
+	ID        string            `json:"id"`
+	Connector string            `json:"connector"`
+	Account   string            `json:"account"`
+	Status    string            `json:"status"`
+	Target    map[string]string `json:"target"`
+	// ExternalID is the AWS ExternalId; for Pub/Sub, which has none, it is null (the key
+	// is always present, so every card has the same shape).
+	ExternalID          *string             `json:"external_id"`
+	Setup               map[string]any      `json:"setup"`
+	ConsecutiveFailures int                 `json:"consecutive_failures"`
+	LastFailure         *store.Failure      `json:"last_failure"`
+	LastDelivery        *store.Delivery     `json:"last_delivery"`
+	Disabled            *store.DisabledInfo `json:"disabled"`
+	Sequence            int64               `json:"sequence"`
+}
+
+// NewCard builds the card of d from its stored state.
+func NewCard(d destination.Destination, st store.State, id destination.Identity) Card {
+	c := Card{
+		ID: d.ID, Connector: string(d.Connector), Account: d.Account, Status: st.Status,
+		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID),
+		ConsecutiveFailures: st.ConsecutiveFailures, LastFailure: st.LastFailure,
+		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Sequence: st.Sequence,
+	}
+	if d.Connector.IsAWS() {
+		ext := st.ExternalID
+		c.ExternalID = &ext
+	}
+	if c.Status == "" {
+		c.Status = store.Active
+	}
+	return c
+}
+
+// CardState is the part of a card every channel event carries (lua.go's card_state):
+// a follower replaces these fields of its copy of the card with it.
+type CardState struct {
+	Status              string              `json:"status"`
+	ConsecutiveFailures int                 `json:"consecutive_failures"`
+	LastFailure         *store.Failure      `json:"last_failure"`
+	LastDelivery        *store.Delivery     `json:"last_delivery"`
+	Disabled            *store.DisabledInfo `json:"disabled"`
+}
+
+// Apply replaces the card's state fields with st.
+func (c *Card) Apply(st CardState) {
+	c.Status, c.ConsecutiveFailures = st.Status, st.ConsecutiveFailures
+	c.LastFailure, c.LastDelivery, c.Disabled = st.LastFailure, st.LastDelivery, st.Disabled
+}
