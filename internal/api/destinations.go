@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -97,28 +98,24 @@ func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, d destination
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, p principal) {
-	d, ok := s.lookup(w, r, p)
-	if !ok {
-		return
-	}
-	if err := s.opts.Destinations.Pause(r.Context(), d.ID); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.log.Info("destination paused through the api", "destination", d.ID, "admin", p.admin)
-	s.writeCard(w, r, d)
+	s.changeStatus(w, r, p, "paused", s.opts.Destinations.Pause)
 }
 
 func (s *Server) activate(w http.ResponseWriter, r *http.Request, p principal) {
+	s.changeStatus(w, r, p, "activated", s.opts.Destinations.Activate)
+}
+
+// changeStatus applies a pause or an activation and answers with the card after it.
+func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principal, done string, change func(context.Context, string) error) {
 	d, ok := s.lookup(w, r, p)
 	if !ok {
 		return
 	}
-	if err := s.opts.Destinations.Activate(r.Context(), d.ID); err != nil {
+	if err := change(r.Context(), d.ID); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("destination activated through the api", "destination", d.ID, "admin", p.admin)
+	s.log.Info("destination "+done+" through the api", "destination", d.ID, "admin", p.admin)
 	s.writeCard(w, r, d)
 }
 
