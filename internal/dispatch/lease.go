@@ -46,11 +46,10 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		d.mu.Lock()
 		for i, w := range held {
 			if tokens[i] != w.token {
+				// Stop it, but keep it listed until it has finished its write in flight:
+				// only then may a new worker (with the new token) start for it.
 				d.opts.Logger.Warn("lease lost", "destination", w.dest.ID)
 				w.stop()
-				if d.workers[w.dest.ID] == w {
-					delete(d.workers, w.dest.ID)
-				}
 			}
 		}
 		d.mu.Unlock()

@@ -129,7 +129,9 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 // attempt is committed (it shows on the card, never counts) and retried with backoff,
 // holding the destination's later events behind it. The commit of an ended message
 // runs while the next message is written, so the bus's round trip, not ours, sets the
-// pace; commits stay in order, and a crash re-sends at most that one message.
+// pace; commits stay in order, and a crash re-sends at most the last two messages. The
+// price: a pause or disable stored during a write is seen one write later, so at most
+// one more write may start after it.
 func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
 	cfg := w.d.opts.Delivery
 	msg := w.d.message(dest, e)
@@ -180,6 +182,10 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 		pause := wait/2 + rand.N(wait/2+1)
 		sleep(ctx, pause)
 		if ctx.Err() != nil {
+			return errStop
+		}
+		// An operator may have paused or disabled it during the backoff (from any replica).
+		if st, err := w.d.opts.Store.LoadState(ctx, ref(w.dest)); err == nil && st.Status != store.Active {
 			return errStop
 		}
 		wait = min(2*wait, cfg.NotTakenBackoff.Max)

@@ -89,7 +89,8 @@ local first = nil
 if n % 32 == 0 then first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1] end
 if first and tonumber(first[2][2]) < attempts_cutoff then
   local old = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 256)
-  local keep = n .. '-0'
+  -- Trim only what was scanned: entries past the 256th may still be within retention.
+  local keep = (tonumber(string.match(old[#old][1], '^(%d+)')) + 1) .. '-0'
   for _, e in ipairs(old) do
     if tonumber(e[2][2]) >= attempts_cutoff then keep = e[1]; break end
   end
