@@ -7,14 +7,15 @@
 #   scripts/peers.sh stop DIR        SIGTERM what start started and wait for it
 #
 # Ports (all below 32768, outside the kernel's ephemeral range): REDIS_PORT (16379),
-# RABBIT_PORT (AMQP, 25672), RABBIT_DIST_PORT (25673), EPMD_PORT (24369).
+# RABBIT_PORT (AMQP, 23672), RABBIT_DIST_PORT (23673), EPMD_PORT (24369): away from a
+# distro broker's own 5672, 25672 and 4369.
 # Only the export lines go to stdout; everything else goes to stderr.
 set -euo pipefail
 
 RABBIT_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
 REDIS_PORT=${REDIS_PORT:-16379}
-RABBIT_PORT=${RABBIT_PORT:-25672}
-RABBIT_DIST_PORT=${RABBIT_DIST_PORT:-25673}
+RABBIT_PORT=${RABBIT_PORT:-23672}
+RABBIT_DIST_PORT=${RABBIT_DIST_PORT:-23673}
 EPMD_PORT=${EPMD_PORT:-24369}
 RABBIT_NODE=relay-ci@localhost
 started=0 # set when this run starts a server
