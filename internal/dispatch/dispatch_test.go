@@ -543,3 +543,37 @@ func TestSendATestChecksTheSetupFirstAndWritesNothingWhenItFails(t *testing.T) {
 		t.Fatalf("after the fix: %+v, %v, writes %v", out, err, sink.got("orders"))
 	}
 }
+
+func TestPausingAWaitingMessageEndsItsRetriesAndActivationDoesNotResendIt(t *testing.T) {
+	var stuck atomic.Value
+	stuck.Store("")
+	sink := newTestSink(func(_ string, m destination.Message, _ int) error {
+		if m.EventID == stuck.Load() {
+			return failures.NewNotTaken("did not take the event: ThrottlingException", nil)
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	ids := r.publish("job.completed")
+	stuck.Store(ids[0])
+	r.start()
+	attempts := func() int {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return sink.attempts["orders/"+ids[0]]
+	}
+	waitFor(t, "the message retried", func() bool { return attempts() >= 3 })
+	ctx := context.Background()
+	if err := r.d.Pause(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	atPause := attempts()
+	if err := r.d.Activate(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	later := r.publish("job.completed")
+	waitFor(t, "the event published after activation", func() bool { return slices.Contains(sink.got("orders"), later[0]) })
+	if n := attempts(); n > atPause+1 {
+		t.Fatalf("the message that waited when the destination was paused was tried %d more times (at most the write in flight may finish)", n-atPause)
+	}
+}

@@ -30,9 +30,10 @@ type worker struct {
 
 // inflight is a commit running in the background.
 type inflight struct {
-	done chan struct{}
-	res  store.Committed
-	err  error
+	done   chan struct{}
+	cursor string // the log id the commit ends
+	res    store.Committed
+	err    error
 }
 
 func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64) *worker {
@@ -173,7 +174,7 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 		if err != nil {
 			return err
 		}
-		if stopped != nil || res.Status != store.Active {
+		if stopped != nil || stopAfter(res, c.Cursor) != nil {
 			return errStop // nothing more is sent
 		}
 		if outcome.Class != failures.NotTaken {
@@ -184,8 +185,10 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 		if ctx.Err() != nil {
 			return errStop
 		}
-		// An operator may have paused or disabled it during the backoff (from any replica).
-		if st, err := w.d.opts.Store.LoadState(ctx, ref(w.dest)); err == nil && st.Status != store.Active {
+		// An operator may have paused, disabled or re-activated it during the backoff
+		// (from any replica); activating moves the cursor past this message, which ends it.
+		if st, err := w.d.opts.Store.LoadState(ctx, ref(w.dest)); err == nil &&
+			(st.Status != store.Active || store.CompareIDs(st.Cursor, e.ID) >= 0) {
 			return errStop
 		}
 		wait = min(2*wait, cfg.NotTakenBackoff.Max)
@@ -195,7 +198,7 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 // commitAsync commits c in the background, after the commit before it.
 func (w *worker) commitAsync(ctx context.Context, c store.Commit) {
 	prev := w.pending
-	p := &inflight{done: make(chan struct{})}
+	p := &inflight{done: make(chan struct{}), cursor: c.Cursor}
 	w.pending = p
 	go func() {
 		defer close(p.done)
@@ -218,7 +221,14 @@ func (w *worker) settle() error {
 	if p.err != nil {
 		return p.err
 	}
-	if p.res.Status != store.Active {
+	return stopAfter(p.res, p.cursor)
+}
+
+// stopAfter reports errStop when a commit found the destination not active, or its
+// cursor already past the message just ended: an activation meanwhile skipped the
+// events that arrived while it was stopped, so the rest of the batch in hand is stale.
+func stopAfter(res store.Committed, ended string) error {
+	if res.Status != store.Active || (ended != "" && store.CompareIDs(res.Cursor, ended) > 0) {
 		return errStop
 	}
 	return nil

@@ -188,3 +188,32 @@ func EntryTime(id string) time.Time {
 	ms, _ := strconv.ParseInt(strings.SplitN(id, "-", 2)[0], 10, 64)
 	return time.UnixMilli(ms)
 }
+
+// CompareIDs orders two stream ids ("ms-seq"): -1, 0 or 1.
+func CompareIDs(a, b string) int {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	switch {
+	case am != bm:
+		return cmpInt(am, bm)
+	default:
+		return cmpInt(as, bs)
+	}
+}
+
+func splitID(id string) (ms, seq int64) {
+	m, s, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseInt(m, 10, 64)
+	seq, _ = strconv.ParseInt(s, 10, 64)
+	return ms, seq
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -39,6 +39,8 @@ type Committed struct {
 	Status   string // the destination's status after the commit
 	Disabled bool   // this commit disabled the destination (the count reached DisableAfter)
 	Sequence int64  // the destination channel's sequence after the commit
+	Cursor   string // the stored cursor after the commit: past this message when an
+	// activation skipped the events that arrived while the destination was stopped
 }
 
 // ErrStaleLease is returned when the commit's fencing token is no longer the
@@ -60,7 +62,7 @@ if cursor ~= '' and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0
   redis.call('HSET', KEYS[1], 'cursor', cursor)
 end
 if kind == 'skip' then
-  return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0')}
+  return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGET', KEYS[1], 'cursor')}
 end
 local failures = tonumber(redis.call('HGET', KEYS[1], 'consecutive_failures') or '0')
 local etype
@@ -105,7 +107,7 @@ if kind == 'rejected' and failures >= disable_after and status == 'active' then
   disabled = 1
   seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason})
 end
-return {status, disabled, seq}
+return {status, disabled, seq, redis.call('HGET', KEYS[1], 'cursor')}
 `)
 
 // Commit records one attempt atomically: the cursor, the count, the last failure or
@@ -134,5 +136,6 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	status, _ := res[0].(string)
 	disabled, _ := res[1].(int64)
 	seq, _ := res[2].(int64)
-	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq}, nil
+	cursor, _ := res[3].(string)
+	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq, Cursor: cursor}, nil
 }
