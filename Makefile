@@ -27,3 +27,7 @@ bench-ingest:
 
 fuzz:
 	scripts/fuzz.sh
+
+bench: ; scripts/bench.sh
+
+drill: ; scripts/drill.sh

@@ -1,0 +1,422 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mercamap/relay/internal/awstest"
+)
+
+// stampedBus is the sandbox's EventBridge (awstest) with one addition: it notes when it
+// took each entry, i.e. when it answered the PutEvents that carried it. That is the
+// "bus's ack" the latency is measured to.
+type stampedBus struct {
+	inner *awstest.EventBridge
+	mu    sync.Mutex
+	at    map[string]time.Time // bus|event_id → first take
+	dups  int
+	n     int
+	last  time.Time
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(c int) { w.code = c; w.ResponseWriter.WriteHeader(c) }
+
+func (s *stampedBus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	sw := &statusWriter{ResponseWriter: w, code: 200}
+	s.inner.ServeHTTP(sw, r)
+	now := time.Now()
+	if sw.code != 200 {
+		return
+	}
+	var in struct {
+		Entries []struct{ EventBusName, Detail string }
+	}
+	if json.Unmarshal(body, &in) != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range in.Entries {
+		var d struct {
+			EventID string `json:"event_id"`
+		}
+		json.Unmarshal([]byte(e.Detail), &d)
+		k := e.EventBusName + "|" + d.EventID
+		if _, ok := s.at[k]; ok {
+			s.dups++
+			continue
+		}
+		s.at[k] = now
+		s.n++
+		s.last = now
+	}
+}
+
+func (s *stampedBus) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+type benchRun struct {
+	dests, events, rate int // rate 0: publish as fast as confirms allow
+}
+
+type benchResult struct {
+	benchRun
+	deliveries           int
+	perSec               float64
+	p50, p99, max        time.Duration
+	dups                 int
+	rssIdle, rssEnd, hwm int // kB
+	startup              time.Duration
+	err                  string
+}
+
+func runBench(ctx context.Context, args []string) error {
+	var relayBin, stateDir, amqpURL, redisURL, runsFlag string
+	var bareFor time.Duration
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&relayBin, "relay", "", "relay binary")
+	fs.StringVar(&stateDir, "state", "", "directory for configs and logs")
+	fs.StringVar(&amqpURL, "amqp", "", "broker URL (127.0.0.1)")
+	fs.StringVar(&redisURL, "redis", "", "Redis URL (127.0.0.1); FLUSHALL before each run")
+	fs.StringVar(&runsFlag, "runs", "1:2000:0,1:2000:200,100:200:0,100:500:50,10000:10:0",
+		"runs as destinations:events:rate (rate 0 = as fast as confirms allow)")
+	fs.DurationVar(&bareFor, "bare", 5*time.Second, "bare PutEvents loop duration")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := loopback("amqp", amqpURL); err != nil {
+		return err
+	}
+	if err := loopback("redis", redisURL); err != nil {
+		return err
+	}
+	var runs []benchRun
+	for _, r := range strings.Split(runsFlag, ",") {
+		p := strings.Split(r, ":")
+		if len(p) != 3 {
+			return fmt.Errorf("-runs %q: want dests:events:rate", r)
+		}
+		var br benchRun
+		br.dests, _ = strconv.Atoi(p[0])
+		br.events, _ = strconv.Atoi(p[1])
+		br.rate, _ = strconv.Atoi(p[2])
+		runs = append(runs, br)
+	}
+
+	// The cloud: STS trusting anyone for the bench role, the stamped EventBridge.
+	sts := awstest.NewSTSHandler()
+	const role = "arn:aws:iam::111122223333:role/bench-delivery-%d-%d" // one per destination: one trust policy per role
+	bus := &stampedBus{inner: awstest.NewEventBridgeHandler(), at: map[string]time.Time{}}
+	stsURL, closeSTS, err := serveLoopback(sts)
+	if err != nil {
+		return err
+	}
+	defer closeSTS()
+	busURL, closeBus, err := serveLoopback(bus)
+	if err != nil {
+		return err
+	}
+	defer closeBus()
+
+	load := loadAvg()
+	bareRate, bareP50, bareP99, err := barePutEvents(ctx, busURL, bareFor)
+	if err != nil {
+		return fmt.Errorf("bare PutEvents: %w", err)
+	}
+	logf("bare PutEvents: %.0f/s, p50 %s, p99 %s", bareRate, bareP50, bareP99)
+
+	rdb := redis.NewClient(mustRedisOpts(redisURL))
+	defer rdb.Close()
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i*5 + 3)
+	}
+	var results []benchResult
+	for i, r := range runs {
+		res := benchOne(ctx, r, i, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role, key, bus, sts, rdb)
+		if res.err != "" {
+			logf("run %d (%d destinations) failed: %s", i+1, r.dests, res.err)
+		}
+		results = append(results, res)
+	}
+	loadAfter := loadAvg()
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## End to end (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "load average before %s, after %s; nproc %d\n\n", load, loadAfter, nproc())
+	fmt.Fprintf(&b, "bare PutEvents (1 entry, one in flight, same bus, same run, %s): **%.0f/s**, p50 %s / p99 %s\n\n",
+		bareFor, bareRate, round(bareP50), round(bareP99))
+	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| destinations\t events\t publish rate\t deliveries\t deliveries/s\t vs bare\t latency p50 / p99 / max\t duplicates\t relay RSS idle → end (peak)\t")
+	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t")
+	for _, r := range results {
+		rate := "as fast as confirmed"
+		if r.rate > 0 {
+			rate = fmt.Sprintf("%d/s", r.rate)
+		}
+		if r.err != "" {
+			fmt.Fprintf(tw, "| %d\t %d\t %s\t %d\t failed: %s\t\t\t\t\t\n", r.dests, r.events, rate, r.deliveries, r.err)
+			continue
+		}
+		fmt.Fprintf(tw, "| %d\t %d\t %s\t %d\t %.0f\t %.0f%%\t %s / %s / %s\t %d\t %.1f → %.1f MB (%.1f)\t\n", r.dests, r.events, rate,
+			r.deliveries, r.perSec, 100*r.perSec/bareRate, round(r.p50), round(r.p99), round(r.max), r.dups,
+			float64(r.rssIdle)/1024, float64(r.rssEnd)/1024, float64(r.hwm)/1024)
+	}
+	tw.Flush()
+	fmt.Print(b.String())
+	return nil
+}
+
+func benchOne(ctx context.Context, r benchRun, idx int, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role string,
+	key []byte, bus *stampedBus, sts *awstest.STS, rdb *redis.Client) (res benchResult) {
+	res.benchRun = r
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		res.err = err.Error()
+		return
+	}
+	exchange := fmt.Sprintf("bench.%d.%d", idx, time.Now().Unix())
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, `identity:
+  name: mercamap
+  aws_principal_arn: arn:aws:iam::999999999999:role/relay-delivery
+rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 256}
+redis: {url: %s}
+signature: {keys: [env:BENCH_HMAC_KEY]}
+api: {listen: "127.0.0.1:0"}
+aws:
+  region: us-east-1
+  endpoints: {sts: %s, events: %s}
+delivery:
+  lease_ttl: 15s
+accounts:
+  - {id: acct_bench, tenants: [single-tenant]}
+destinations:
+`, amqpURL, exchange, exchange, redisURL, stsURL, busURL)
+	buses := make([]string, r.dests)
+	for i := range r.dests {
+		buses[i] = fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-%d-%d", idx, i)
+		fmt.Fprintf(&cfg, "  - {id: d%d, account: acct_bench, connector: eventbridge, bus_arn: %q, role_arn: %q}\n", i, buses[i], fmt.Sprintf(role, idx, i))
+	}
+	cfgPath := filepath.Join(stateDir, fmt.Sprintf("relay.bench.%d.yaml", idx))
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
+		res.err = err.Error()
+		return
+	}
+	rep := &replica{name: fmt.Sprintf("bench-%d", idx), bin: relayBin, config: cfgPath, logDir: stateDir,
+		env: []string{"BENCH_HMAC_KEY=" + hex.EncodeToString(key), "AWS_ACCESS_KEY_ID=AKIDBENCH",
+			"AWS_SECRET_ACCESS_KEY=bench-not-a-secret", "AWS_EC2_METADATA_DISABLED=true"}}
+	t0 := time.Now()
+	if err := rep.start(); err != nil {
+		res.err = err.Error()
+		return
+	}
+	defer rep.kill(syscall.SIGTERM)
+	if err := waitLog(ctx, []*replica{rep}, stateDir, `"msg":"consuming"`, 120*time.Second); err != nil {
+		res.err = err.Error()
+		return
+	}
+	// The customer's side: each role trusts its destination's ExternalId (from Redis).
+	pipe := rdb.Pipeline()
+	ext := make([]*redis.StringCmd, r.dests)
+	for i := range r.dests {
+		ext[i] = pipe.HGet(ctx, fmt.Sprintf("relay:{acct_bench}:dest:d%d", i), "external_id")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		res.err = "read ExternalIds: " + err.Error()
+		return
+	}
+	for i := range r.dests {
+		sts.RequireExternalID(fmt.Sprintf(role, idx, i), ext[i].Val())
+	}
+	pub := &publisher{url: amqpURL, exchange: exchange}
+	defer pub.close()
+	// Warm-up: one event, until every destination has it (leases taken, sessions assumed).
+	warm := newEvent(exchange, key, 0, "completed")
+	pub.send(ctx, []*event{warm})
+	base := bus.count()
+	if !waitCount(ctx, bus, base, r.dests, 300*time.Second) {
+		res.err = fmt.Sprintf("warm-up: %d of %d destinations got the first event in 300 s", bus.count()-base, r.dests)
+		return
+	}
+	res.startup = time.Since(t0)
+	res.rssIdle, _ = procStatus(rep.pid())
+	logf("%d destinations: warm after %s, RSS %d kB", r.dests, res.startup.Round(time.Millisecond), res.rssIdle)
+
+	base = bus.count()
+	dupBase := bus.dups
+	evs := make([]*event, r.events)
+	for i := range evs {
+		evs[i] = newEvent(exchange, key, i+1, "completed")
+	}
+	start := time.Now()
+	if r.rate <= 0 {
+		for i := 0; i < len(evs); i += 256 {
+			pub.send(ctx, evs[i:min(i+256, len(evs))])
+		}
+	} else {
+		sent := 0
+		for sent < len(evs) && ctx.Err() == nil {
+			due := min(int(time.Since(start).Seconds()*float64(r.rate))+1, len(evs))
+			if due > sent {
+				pub.send(ctx, evs[sent:due])
+				sent = due
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	want := r.dests * r.events
+	limit := 120*time.Second + time.Duration(want)*time.Millisecond
+	if !waitCount(ctx, bus, base, want, limit) {
+		res.err = fmt.Sprintf("%d of %d deliveries after %s", bus.count()-base, want, limit)
+		return
+	}
+	bus.mu.Lock()
+	last := bus.last
+	var lat []time.Duration
+	for _, e := range evs {
+		for _, b := range buses {
+			if at, ok := bus.at[b+"|"+e.id]; ok {
+				lat = append(lat, at.Sub(e.sentAt))
+			}
+		}
+	}
+	res.dups = bus.dups - dupBase
+	bus.mu.Unlock()
+	res.rssEnd, res.hwm = procStatus(rep.pid())
+	res.deliveries = want
+	res.perSec = float64(want) / last.Sub(start).Seconds()
+	slices.Sort(lat)
+	res.p50, res.p99, res.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	logf("%d destinations × %d events: %.0f deliveries/s, p50 %s p99 %s", r.dests, r.events, res.perSec, res.p50, res.p99)
+	return
+}
+
+func waitCount(ctx context.Context, bus *stampedBus, base, want int, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for bus.count()-base < want {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+func serveLoopback(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// barePutEvents is a plain SDK client putting one entry at a time on the same bus.
+func barePutEvents(ctx context.Context, url string, d time.Duration) (float64, time.Duration, time.Duration, error) {
+	c := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDBARE", "bare", "")})
+	detail := `{"event_id":"bare","type":"job.completed","data":{"jobId":"x","pad":"` + strings.Repeat("x", 900) + `"}}`
+	put := func() error {
+		_, err := c.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+			EventBusName: aws.String("arn:aws:events:us-east-1:111122223333:event-bus/bare"),
+			Source:       aws.String("com.bare"), DetailType: aws.String("job.completed"), Detail: aws.String(detail)}}})
+		return err
+	}
+	for range 500 { // warm-up
+		if err := put(); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	var lat []time.Duration
+	start := time.Now()
+	for time.Since(start) < d {
+		t := time.Now()
+		if err := put(); err != nil {
+			return 0, 0, 0, err
+		}
+		lat = append(lat, time.Since(t))
+	}
+	el := time.Since(start)
+	slices.Sort(lat)
+	return float64(len(lat)) / el.Seconds(), lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
+
+func mustRedisOpts(u string) *redis.Options {
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+// procStatus reads VmRSS and VmHWM (kB) of pid.
+func procStatus(pid int) (rss, hwm int) {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "VmRSS:" {
+			rss, _ = strconv.Atoi(f[1])
+		}
+		if len(f) >= 2 && f[0] == "VmHWM:" {
+			hwm, _ = strconv.Atoi(f[1])
+		}
+	}
+	return
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func nproc() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(b), "processor\t:")
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d > time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}

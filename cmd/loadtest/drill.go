@@ -1,0 +1,638 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mercamap/relay/internal/store"
+)
+
+const (
+	drillAccount = "acct_drill"
+	roleBus      = "arn:aws:iam::111122223333:role/drill-bus-delivery"
+	roleStream   = "arn:aws:iam::111122223333:role/drill-stream-delivery"
+)
+
+// drillDest is one destination of the drill's config and how to recognise its arrivals.
+type drillDest struct {
+	id, connector string
+	events        []string // filter; empty = all
+}
+
+var drillDests = []drillDest{
+	{"drill-bus", "eventbridge", nil},
+	{"drill-stream", "kinesis", []string{"job.completed"}}, // a filter: job.failed must not arrive here
+	{"drill-topic", "pubsub", nil},
+}
+
+func (d drillDest) matches(shortType string) bool {
+	return len(d.events) == 0 || slices.Contains(d.events, shortType)
+}
+
+type drillFlags struct {
+	relayBin, stateDir, hook              string
+	amqpURL, redisURL                     string
+	sts, events, kinesis, pubsub, sandbox string
+	rate                                  int
+	duration, killEvery, restartAfter     time.Duration
+	rabbitAt, redisAt                     time.Duration
+	ingestTimeout, drainTimeout           time.Duration
+	leaseTTL                              time.Duration
+}
+
+func runDrill(ctx context.Context, args []string) error {
+	var f drillFlags
+	fs := flag.NewFlagSet("drill", flag.ContinueOnError)
+	fs.StringVar(&f.relayBin, "relay", "", "relay binary")
+	fs.StringVar(&f.stateDir, "state", "", "directory for the config and the replicas' logs")
+	fs.StringVar(&f.hook, "hook", "", "program run as HOOK restart-rabbit / HOOK restart-redis")
+	fs.StringVar(&f.amqpURL, "amqp", "", "broker URL (127.0.0.1)")
+	fs.StringVar(&f.redisURL, "redis", "", "Redis URL (127.0.0.1)")
+	fs.StringVar(&f.sts, "sts", "", "sandbox STS endpoint")
+	fs.StringVar(&f.events, "events", "", "sandbox EventBridge endpoint")
+	fs.StringVar(&f.kinesis, "kinesis", "", "sandbox Kinesis front endpoint")
+	fs.StringVar(&f.pubsub, "pubsub", "", "sandbox Pub/Sub host:port")
+	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox admin API URL")
+	fs.IntVar(&f.rate, "rate", 200, "events published per second")
+	fs.DurationVar(&f.duration, "duration", 60*time.Second, "how long the load runs")
+	fs.DurationVar(&f.killEvery, "kill-every", 10*time.Second, "SIGKILL a replica this often (alternating)")
+	fs.DurationVar(&f.restartAfter, "restart-after", time.Second, "a killed replica is started again after this")
+	fs.DurationVar(&f.rabbitAt, "rabbit-at", 15*time.Second, "restart RabbitMQ at this point of the load (0: never)")
+	fs.DurationVar(&f.redisAt, "redis-at", 35*time.Second, "SIGKILL and restart Redis at this point of the load (0: never)")
+	fs.DurationVar(&f.ingestTimeout, "ingest-timeout", 120*time.Second, "wait this long for the log to hold every confirmed event")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", 180*time.Second, "wait this long for every destination to catch up")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 2*time.Second, "delivery.lease_ttl of the replicas")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for name, u := range map[string]string{"amqp": f.amqpURL, "redis": f.redisURL, "sts": f.sts, "events": f.events,
+		"kinesis": f.kinesis, "sandbox": f.sandbox, "pubsub": "http://" + f.pubsub} {
+		if err := loopback(name, u); err != nil {
+			return err
+		}
+	}
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i*7 + 1)
+	}
+	keyHex := hex.EncodeToString(key)
+	const exchange = "fetcher.job.events"
+
+	cfgPath := filepath.Join(f.stateDir, "relay.drill.yaml")
+	if err := os.WriteFile(cfgPath, []byte(drillConfig(f, exchange)), 0o600); err != nil {
+		return err
+	}
+	env := []string{"DRILL_HMAC_KEY=" + keyHex, "AWS_ACCESS_KEY_ID=AKIDDRILL", "AWS_SECRET_ACCESS_KEY=drill-not-a-secret",
+		"AWS_EC2_METADATA_DISABLED=true"}
+	reps := []*replica{
+		{name: "relay-a", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env},
+		{name: "relay-b", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env},
+	}
+	for _, r := range reps {
+		if err := r.start(); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, r := range reps {
+			if r.running() {
+				r.kill(syscall.SIGTERM)
+			}
+		}
+	}()
+
+	st, err := store.Open(f.redisURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	// The customer's side: trust each AWS destination's ExternalId (from Redis: the
+	// replicas listen on port 0, so the cards are read where the API reads them).
+	for _, d := range []struct{ id, role string }{{"drill-bus", roleBus}, {"drill-stream", roleStream}} {
+		var ext string
+		deadline := time.Now().Add(30 * time.Second)
+		for ext == "" {
+			s, err := st.LoadState(ctx, store.Ref{Account: drillAccount, ID: d.id})
+			if err == nil {
+				ext = s.ExternalID
+			}
+			if ext == "" {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("no ExternalId for %s in Redis after 30 s (logs in %s)", d.id, f.stateDir)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		if err := postJSON(f.sandbox+"/trust", map[string]string{"role_arn": d.role, "external_id": ext}); err != nil {
+			return err
+		}
+		logf("%s: %s trusts ExternalId %s", d.id, d.role, ext)
+	}
+	if err := waitLog(ctx, reps, f.stateDir, `"msg":"consuming"`, 30*time.Second); err != nil {
+		return err
+	}
+
+	// Supervise: a replica that ends by itself is started again (and reported).
+	var paused sync.Map // replica name → true while we restart it ourselves
+	superCtx, stopSuper := context.WithCancel(ctx)
+	defer stopSuper()
+	go func() {
+		for superCtx.Err() == nil {
+			for _, r := range reps {
+				if _, p := paused.Load(r.name); !p && !r.running() {
+					logf("%s ended by itself; starting it again", r.name)
+					_ = r.start()
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+
+	// Faults, on a schedule from the start of the load.
+	var faultLog []string
+	var faultMu sync.Mutex
+	note := func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		faultMu.Lock()
+		faultLog = append(faultLog, s)
+		faultMu.Unlock()
+		logf("%s", s)
+	}
+	start := time.Now()
+	at := func(d time.Duration) string { return fmt.Sprintf("t+%4.1fs", time.Since(start).Seconds()) }
+	var faults sync.WaitGroup
+	loadCtx, stopLoad := context.WithTimeout(ctx, f.duration)
+	defer stopLoad()
+	faults.Add(1)
+	go func() {
+		defer faults.Done()
+		n := 0
+		for t := f.killEvery; t < f.duration; t += f.killEvery {
+			if !sleepUntil(loadCtx, start.Add(t)) {
+				return
+			}
+			r := reps[n%2]
+			n++
+			paused.Store(r.name, true)
+			pid := r.pid()
+			r.kill(syscall.SIGKILL)
+			note("%s SIGKILL %s (pid %d)", at(0), r.name, pid)
+			time.Sleep(f.restartAfter)
+			if err := r.start(); err != nil {
+				note("%s restart %s failed: %v", at(0), r.name, err)
+			} else {
+				note("%s restarted %s (pid %d)", at(0), r.name, r.pid())
+			}
+			paused.Delete(r.name)
+		}
+	}()
+	hook := func(when time.Duration, what string) {
+		if when <= 0 || f.hook == "" {
+			return
+		}
+		faults.Add(1)
+		go func() {
+			defer faults.Done()
+			if !sleepUntil(loadCtx, start.Add(when)) {
+				return
+			}
+			note("%s %s: begin", at(0), what)
+			cmd := exec.Command(f.hook, what)
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			if err := cmd.Run(); err != nil {
+				note("%s %s: FAILED: %v", at(0), what, err)
+				return
+			}
+			note("%s %s: done", at(0), what)
+		}()
+	}
+	hook(f.rabbitAt, "restart-rabbit")
+	hook(f.redisAt, "restart-redis")
+
+	// The load: f.rate events/s, one in ten job.failed, each resent until confirmed.
+	pub := &publisher{url: f.amqpURL, exchange: exchange}
+	var evs []*event
+	giveUp, cancelGiveUp := context.WithTimeout(ctx, f.duration+90*time.Second)
+	defer cancelGiveUp()
+	tick := time.NewTicker(50 * time.Millisecond)
+	for loadCtx.Err() == nil {
+		due := int(time.Since(start).Seconds()*float64(f.rate)) - len(evs)
+		if due > 0 {
+			batch := make([]*event, 0, due)
+			for range min(due, 500) {
+				status := "completed"
+				if len(evs)%10 == 9 {
+					status = "failed"
+				}
+				e := newEvent(exchange, key, len(evs), status)
+				evs = append(evs, e)
+				batch = append(batch, e)
+			}
+			pub.send(giveUp, batch)
+		}
+		select {
+		case <-loadCtx.Done():
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
+	loadSecs := time.Since(start).Seconds()
+	// Anything the last batches left unconfirmed (the broker was down at the end) gets
+	// its chance until the give-up deadline.
+	pub.send(giveUp, evs)
+	pub.close()
+	faults.Wait()
+	confirmed := 0
+	for _, e := range evs {
+		if e.confirmed {
+			confirmed++
+		}
+	}
+	logf("load over after %.1f s: %d events published, %d confirmed, %d resends, %d reconnects",
+		loadSecs, len(evs), confirmed, pub.resends, pub.reconnects)
+
+	// Ingest: every confirmed event must reach the account log.
+	var log []store.LogEntry
+	deadline := time.Now().Add(f.ingestTimeout)
+	for {
+		log, err = readLog(ctx, st)
+		if err == nil {
+			inLog := map[string]bool{}
+			for _, le := range log {
+				inLog[le.EventID] = true
+			}
+			missing := 0
+			for _, e := range evs {
+				if e.confirmed && !inLog[e.id] {
+					missing++
+				}
+			}
+			if missing == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				logf("after %s the log still lacks %d confirmed events", f.ingestTimeout, missing)
+				break
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	logf("account log holds %d entries", len(log))
+
+	// Delivery: wait until each destination has every matching log entry, or no progress.
+	var arr map[string][]string
+	deadline = time.Now().Add(f.drainTimeout)
+	for {
+		arr, err = fetchArrived(ctx, f.sandbox)
+		if err == nil {
+			done := true
+			for _, d := range drillDests {
+				if len(missingOf(d, log, arr[d.id])) > 0 {
+					done = false
+				}
+			}
+			if done {
+				break
+			}
+		} else {
+			logf("read /arrived: %v", err)
+		}
+		if time.Now().After(deadline) {
+			logf("after %s some destinations have not caught up", f.drainTimeout)
+			break
+		}
+		time.Sleep(3 * time.Second)
+	}
+	stopSuper()
+
+	return drillReport(os.Stdout, f, evs, log, arr, reps, faultLog, loadSecs, pub)
+}
+
+func drillConfig(f drillFlags, exchange string) string {
+	return fmt.Sprintf(`# written by cmd/loadtest drill; one config for both replicas
+identity:
+  name: mercamap
+  aws_principal_arn: arn:aws:iam::999999999999:role/relay-delivery
+  gcp_service_account: relay@relay-drill.iam.gserviceaccount.com
+rabbitmq:
+  url: %s
+  exchange: %s
+  queue: relay.job-events
+  prefetch: 256
+redis:
+  url: %s
+signature:
+  keys: [env:DRILL_HMAC_KEY]
+api:
+  listen: "127.0.0.1:0"
+aws:
+  region: us-east-1
+  endpoints: {sts: %s, events: %s, kinesis: %s}
+gcp:
+  pubsub_endpoint: %s
+delivery:
+  not_taken_backoff: {initial: 100ms, max: 2s}
+  lease_ttl: %[11]s
+accounts:
+  - {id: %[8]s, tenants: [single-tenant]}
+destinations:
+  - id: drill-bus
+    account: %[8]s
+    connector: eventbridge
+    bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/drill
+    role_arn: %[9]s
+  - id: drill-stream
+    account: %[8]s
+    connector: kinesis
+    stream_arn: arn:aws:kinesis:us-east-1:111122223333:stream/drill
+    role_arn: %[10]s
+    events: [job.completed]
+  - id: drill-topic
+    account: %[8]s
+    connector: pubsub
+    project_id: relay-drill
+    topic_id: drill-events
+`, f.amqpURL, exchange, f.redisURL, f.sts, f.events, f.kinesis, f.pubsub, drillAccount, roleBus, roleStream, f.leaseTTL.String())
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Until(t)):
+		return true
+	}
+}
+
+func postJSON(url string, v any) error {
+	b, _ := json.Marshal(v)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, body)
+	}
+	return nil
+}
+
+// waitLog waits until every replica's current log file holds marker.
+func waitLog(ctx context.Context, reps []*replica, dir, marker string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, r := range reps {
+		p := filepath.Join(dir, fmt.Sprintf("%s.%d.log", r.name, r.starts))
+		for {
+			b, _ := os.ReadFile(p)
+			if bytes.Contains(b, []byte(marker)) {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("%s did not log %s within %s (%s)", r.name, marker, limit, p)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func readLog(ctx context.Context, st *store.Store) ([]store.LogEntry, error) {
+	var all []store.LogEntry
+	after := "0"
+	for {
+		page, err := st.ReadLog(ctx, drillAccount, after, 5000)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if len(page) < 5000 {
+			return all, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// fetchArrived reads the sandbox's /arrived: event ids per destination, in the order each bus took them.
+func fetchArrived(ctx context.Context, base string) (map[string][]string, error) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/arrived", nil)
+	resp, err := (&http.Client{Timeout: 120 * time.Second}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	var body struct {
+		EventBridge []struct {
+			Detail struct {
+				EventID string `json:"event_id"`
+			} `json:"detail"`
+		} `json:"eventbridge"`
+		Kinesis []struct {
+			Data struct {
+				EventID string `json:"event_id"`
+			} `json:"data"`
+		} `json:"kinesis"`
+		PubSub []struct {
+			Attributes map[string]string `json:"attributes"`
+		} `json:"pubsub"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, e := range body.EventBridge {
+		out["drill-bus"] = append(out["drill-bus"], e.Detail.EventID)
+	}
+	for _, r := range body.Kinesis {
+		out["drill-stream"] = append(out["drill-stream"], r.Data.EventID)
+	}
+	for _, m := range body.PubSub {
+		out["drill-topic"] = append(out["drill-topic"], m.Attributes["event_id"])
+	}
+	return out, nil
+}
+
+func missingOf(d drillDest, log []store.LogEntry, got []string) []string {
+	have := map[string]bool{}
+	for _, id := range got {
+		have[id] = true
+	}
+	var miss []string
+	for _, le := range log {
+		if d.matches(le.Type) && !have[le.EventID] {
+			miss = append(miss, le.EventID)
+		}
+	}
+	return miss
+}
+
+type destResult struct {
+	expected, arrivals, unique, dups, missing, unexpected, orderBreaks int
+	firstBreak                                                         string
+	missingIDs                                                         []string
+	dupIDs                                                             int // distinct events delivered more than once
+}
+
+func checkDest(d drillDest, log []store.LogEntry, got []string) destResult {
+	var r destResult
+	pos := map[string]int{}
+	for _, le := range log {
+		if d.matches(le.Type) {
+			pos[le.EventID] = len(pos)
+		}
+	}
+	r.expected = len(pos)
+	r.arrivals = len(got)
+	seen := map[string]int{}
+	last := -1
+	for i, id := range got {
+		seen[id]++
+		if seen[id] > 1 {
+			r.dups++
+			if seen[id] == 2 {
+				r.dupIDs++
+			}
+			continue
+		}
+		p, ok := pos[id]
+		if !ok {
+			r.unexpected++
+			continue
+		}
+		// First arrivals must follow the log: each one the next expected, never earlier.
+		if p != last+1 {
+			r.orderBreaks++
+			if r.firstBreak == "" {
+				r.firstBreak = fmt.Sprintf("arrival #%d is %s, log position %d, after log position %d", i+1, short(id), p, last)
+			}
+		}
+		if p > last {
+			last = p
+		}
+	}
+	r.unique = len(seen)
+	r.missingIDs = missingOf(d, log, got)
+	r.missing = len(r.missingIDs)
+	return r
+}
+
+func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, arr map[string][]string,
+	reps []*replica, faults []string, loadSecs float64, pub *publisher) error {
+	confirmed, unconfirmed := 0, 0
+	inLog := map[string]int{}
+	for i, le := range log {
+		inLog[le.EventID] = i
+	}
+	var lostIngest []string
+	pubIdx := map[string]int{}
+	for i, e := range evs {
+		pubIdx[e.id] = i
+		if e.confirmed {
+			confirmed++
+			if _, ok := inLog[e.id]; !ok {
+				lostIngest = append(lostIngest, e.id)
+			}
+		} else {
+			unconfirmed++
+		}
+	}
+	// How far the log's order departs from the publish order (redeliveries after a kill
+	// or a broker restart may be appended later): informational.
+	logVsPub, maxPub := 0, -1
+	for _, le := range log {
+		p, ok := pubIdx[le.EventID]
+		if !ok {
+			continue
+		}
+		if p < maxPub {
+			logVsPub++
+		}
+		maxPub = max(maxPub, p)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Fault drill (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "load: %d events/s for %.0f s; lease_ttl %s; replica SIGKILL every %s (restarted after %s); RabbitMQ restart at t+%s; Redis SIGKILL+restart (AOF always) at t+%s\n\n",
+		f.rate, loadSecs, f.leaseTTL, f.killEvery, f.restartAfter, f.rabbitAt, f.redisAt)
+	fmt.Fprintln(&b, "faults:")
+	for _, s := range faults {
+		fmt.Fprintln(&b, "  "+s)
+	}
+	for _, r := range reps {
+		ex := r.exits()
+		fmt.Fprintf(&b, "  %s: %d starts, %d SIGKILLs by the drill, %d exits on its own\n", r.name, r.starts, r.killed, len(ex))
+		for _, e := range ex {
+			fmt.Fprintln(&b, "    exited: "+e)
+		}
+	}
+	fmt.Fprintf(&b, "\npublished %d, confirmed %d, never confirmed %d (resends after lost confirms: %d, publisher reconnects: %d)\n",
+		len(evs), confirmed, unconfirmed, pub.resends, pub.reconnects)
+	fmt.Fprintf(&b, "account log: %d entries; confirmed events missing from it: %d; log entries out of publish order: %d (informational)\n\n",
+		len(log), len(lostIngest), logVsPub)
+
+	ok := len(lostIngest) == 0
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "destination\tconnector\texpected\tarrivals\tdistinct\tduplicates (events)\tmissing\tunexpected\torder breaks\tverdict\t")
+	var details []string
+	for _, d := range drillDests {
+		r := checkDest(d, log, arr[d.id])
+		verdict := "OK"
+		if r.missing > 0 || r.orderBreaks > 0 || r.unexpected > 0 {
+			verdict = "FAIL"
+			ok = false
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d (%d)\t%d\t%d\t%d\t%s\t\n", d.id, d.connector, r.expected, r.arrivals, r.unique,
+			r.dups, r.dupIDs, r.missing, r.unexpected, r.orderBreaks, verdict)
+		if r.firstBreak != "" {
+			details = append(details, fmt.Sprintf("%s: first order break: %s", d.id, r.firstBreak))
+		}
+		if r.missing > 0 {
+			ids := r.missingIDs[:min(5, len(r.missingIDs))]
+			for i := range ids {
+				ids[i] = fmt.Sprintf("%s (log #%d)", short(ids[i]), inLog[ids[i]])
+			}
+			details = append(details, fmt.Sprintf("%s: %d missing, first: %s", d.id, r.missing, strings.Join(ids, ", ")))
+		}
+	}
+	tw.Flush()
+	for _, s := range details {
+		fmt.Fprintln(&b, s)
+	}
+	if len(lostIngest) > 0 {
+		ids := lostIngest[:min(5, len(lostIngest))]
+		for i := range ids {
+			ids[i] = short(ids[i]) + fmt.Sprintf(" (published #%d)", pubIdx[ids[i]])
+		}
+		fmt.Fprintf(&b, "LOST AT INGEST: %d confirmed events never reached the log, first: %s\n", len(lostIngest), strings.Join(ids, ", "))
+	}
+	if ok {
+		fmt.Fprintln(&b, "\nverdict: PASS — every confirmed event reached every matching destination, first arrivals in log order")
+	} else {
+		fmt.Fprintln(&b, "\nverdict: FAIL")
+	}
+	fmt.Fprint(w, b.String())
+	if !ok {
+		return errors.New("drill check failed")
+	}
+	return nil
+}
