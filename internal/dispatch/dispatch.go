@@ -55,7 +55,11 @@ type Options struct {
 	Logger   *slog.Logger     // nil: discarded
 	Metrics  *Metrics         // nil: not exported
 	Poll     time.Duration    // how often an idle worker looks again without a wake-up (default 1s)
-	Now      func() time.Time // nil: time.Now
+	// MaxActive bounds how many workers run a pass (read, write, commit) at once
+	// (default 256): with thousands of destinations waking together, the rest wait
+	// their turn instead of each holding a decoded batch and a grown stack.
+	MaxActive int
+	Now       func() time.Time // nil: time.Now
 }
 
 // ErrNotFound is returned for a destination id the config does not define.
@@ -65,6 +69,7 @@ var ErrNotFound = errors.New("no such destination")
 type Dispatcher struct {
 	opts       Options
 	storePaths map[string][]string
+	slots      chan struct{} // one per worker running a pass
 
 	mu      sync.Mutex
 	dests   map[string]destination.Destination // by id, as configured
@@ -87,6 +92,9 @@ func New(opts Options) *Dispatcher {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.MaxActive <= 0 {
+		opts.MaxActive = 256
+	}
 	if opts.Owner == "" {
 		opts.Owner = "relay-" + randomHex(6)
 	}
@@ -94,7 +102,7 @@ func New(opts Options) *Dispatcher {
 	for _, a := range opts.Accounts {
 		paths[a.ID] = a.StoreIDPaths()
 	}
-	return &Dispatcher{opts: opts, storePaths: paths, dests: map[string]destination.Destination{},
+	return &Dispatcher{opts: opts, storePaths: paths, slots: make(chan struct{}, opts.MaxActive), dests: map[string]destination.Destination{},
 		workers: map[string]*worker{}, wake: map[string]chan struct{}{}}
 }
 

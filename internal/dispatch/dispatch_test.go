@@ -577,3 +577,20 @@ func TestPausingAWaitingMessageEndsItsRetriesAndActivationDoesNotResendIt(t *tes
 		t.Fatalf("the message that waited when the destination was paused was tried %d more times (at most the write in flight may finish)", n-atPause)
 	}
 }
+
+func TestADestinationInBackoffDoesNotHoldUpOthersWhenPassesAreLimited(t *testing.T) {
+	sink := newTestSink(func(dest string, _ destination.Message, _ int) error {
+		if dest == "stuck" {
+			return failures.NewNotTaken("did not take the event: ThrottlingException", nil)
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("stuck", "111122223333"), bus("fine", "444455556666"))
+	r.d.slots = make(chan struct{}, 1) // one pass at a time
+	r.start()
+	ids := r.publish("job.completed", "job.completed", "job.completed")
+	waitFor(t, "the healthy destination's deliveries", func() bool { return len(sink.got("fine")) == len(ids) })
+	if got := sink.got("fine"); !slices.Equal(got, ids) {
+		t.Fatalf("fine got %v, want %v", got, ids)
+	}
+}

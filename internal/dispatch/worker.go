@@ -26,6 +26,29 @@ type worker struct {
 	cancel   context.CancelFunc
 	finished chan struct{}
 	pending  *inflight // the commit of the last ended message, overlapping the next write
+	holding  bool      // the worker holds one of the dispatcher's pass slots
+}
+
+// hold takes a pass slot, waiting for one; false when ctx ended first.
+func (w *worker) hold(ctx context.Context) bool {
+	if w.holding {
+		return true
+	}
+	select {
+	case w.d.slots <- struct{}{}:
+		w.holding = true
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// letGo gives the pass slot back, if held.
+func (w *worker) letGo() {
+	if w.holding {
+		<-w.d.slots
+		w.holding = false
+	}
 }
 
 // inflight is a commit running in the background.
@@ -64,20 +87,26 @@ var errStop = errors.New("stop delivering")
 func (w *worker) run(ctx context.Context) {
 	log := w.d.opts.Logger.With("destination", w.dest.ID)
 	r := ref(w.dest)
-	defer func() { _ = w.settle() }()
+	defer func() { _ = w.settle(); w.letGo() }()
 	for ctx.Err() == nil {
+		w.letGo() // between passes, and while idle, the slot is someone else's
 		if err := w.settle(); errors.Is(err, store.ErrStaleLease) {
 			log.Warn("lease superseded; another replica delivers now")
 			return
 		}
 		wake := w.d.wakeChan(w.dest.Account) // taken before reading, so no append is missed
+		if !w.hold(ctx) {
+			return
+		}
 		st, err := w.d.opts.Store.LoadState(ctx, r)
 		if err != nil {
 			log.Warn("cannot load destination state", "error", err)
+			w.letGo()
 			w.idle(ctx, wake)
 			continue
 		}
 		if st.Status != store.Active {
+			w.letGo()
 			w.idle(ctx, wake)
 			continue
 		}
@@ -86,10 +115,12 @@ func (w *worker) run(ctx context.Context) {
 		entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
 		if err != nil {
 			log.Warn("cannot read the account log", "error", err)
+			w.letGo()
 			w.idle(ctx, wake)
 			continue
 		}
 		if len(entries) == 0 {
+			w.letGo()
 			w.idle(ctx, wake)
 			continue
 		}
@@ -181,8 +212,9 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 			return nil
 		}
 		pause := wait/2 + rand.N(wait/2+1)
+		w.letGo() // a destination in backoff must not keep others from their turn
 		sleep(ctx, pause)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !w.hold(ctx) {
 			return errStop
 		}
 		// An operator may have paused, disabled or re-activated it during the backoff
