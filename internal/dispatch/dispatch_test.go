@@ -594,3 +594,39 @@ func TestADestinationInBackoffDoesNotHoldUpOthersWhenPassesAreLimited(t *testing
 		t.Fatalf("fine got %v, want %v", got, ids)
 	}
 }
+
+func TestReplicasTakeOverADeadReplicasLeaseEvenWhenOthersHoldTheRest(t *testing.T) {
+	sink := newTestSink(nil)
+	dests := []destination.Destination{bus("d1", "111111111111"), bus("d2", "222222222222"), bus("d3", "333333333333")}
+	r := newRig(t, sink, dests...)
+	ctx := context.Background()
+	// A replica that died holding d2: its heartbeat and lease expire with the TTL.
+	if _, err := r.store.Heartbeat(ctx, "dead-replica", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dests {
+		if tok, err := r.store.AcquireLease(ctx, store.Ref{Account: acct, ID: d.ID}, "dead-replica", delivery().LeaseTTL); err != nil || tok == 0 {
+			t.Fatalf("dead replica's lease on %s: %d, %v", d.ID, tok, err)
+		}
+	}
+	r.start()
+	other := New(Options{Store: r.store, Delivery: delivery(), Poll: 20 * time.Millisecond,
+		Sinks: map[destination.Connector]Sink{destination.EventBridge: sink}})
+	if err := other.SetDestinations(ctx, dests); err != nil {
+		t.Fatal(err)
+	}
+	otherCtx, stopOther := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = other.Run(otherCtx) }()
+	t.Cleanup(func() { stopOther(); <-done })
+
+	ids := r.publish("job.completed")
+	waitFor(t, "every destination delivered after the dead replica's leases expired", func() bool {
+		for _, d := range dests {
+			if !slices.Contains(sink.got(d.ID), ids[0]) {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -66,16 +66,34 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	}
 	share := (len(ids) + int(max(live, 1)) - 1) / int(max(live, 1))
 	d.mu.Lock()
-	var want []destination.Destination
+	var candidates []destination.Destination
 	for _, id := range ids {
-		if len(d.workers)+len(want) >= share {
-			break
-		}
 		if _, ok := d.workers[id]; !ok {
-			want = append(want, d.dests[id])
+			candidates = append(candidates, d.dests[id])
 		}
 	}
+	room := share - len(d.workers)
 	d.mu.Unlock()
+	if room <= 0 || len(candidates) == 0 {
+		d.opts.Metrics.Leases.Set(float64(d.heldCount()))
+		return
+	}
+	// Only free leases count against our share: leases other replicas hold must not
+	// use it up, or two replicas each holding some could both stop short forever.
+	refs = refs[:0]
+	for _, dest := range candidates {
+		refs = append(refs, ref(dest))
+	}
+	free, err := d.opts.Store.LeasesFree(ctx, refs)
+	if err != nil {
+		return
+	}
+	var want []destination.Destination
+	for i, dest := range candidates {
+		if free[i] && len(want) < room {
+			want = append(want, dest)
+		}
+	}
 	refs = refs[:0]
 	for _, dest := range want {
 		refs = append(refs, ref(dest))
@@ -94,6 +112,12 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		d.workers[dest.ID] = d.startWorker(ctx, dest, tokens[i])
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
+}
+
+func (d *Dispatcher) heldCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.workers)
 }
 
 // stopAll stops every worker (each finishes its write in flight) and releases leases.

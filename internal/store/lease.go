@@ -85,3 +85,22 @@ func (s *Store) AcquireLeases(ctx context.Context, refs []Ref, owner string, ttl
 	}
 	return out, nil
 }
+
+// LeasesFree reports, for each destination, whether no replica holds its lease now.
+func (s *Store) LeasesFree(ctx context.Context, refs []Ref) ([]bool, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(refs))
+	for i, r := range refs {
+		cmds[i] = pipe.Exists(ctx, leaseKey(r.Account, r.ID))
+	}
+	if len(refs) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]bool, len(refs))
+	for i, c := range cmds {
+		out[i] = c.Val() == 0
+	}
+	return out, nil
+}
