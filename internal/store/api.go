@@ -12,23 +12,6 @@ import (
 // against a channel sequence is one MULTI, so the state it returns is exactly the state
 // after that sequence: every script that changes a destination emits in the same call.
 
-// CardState reads a destination's state and its channel's sequence in one MULTI, so
-// State.Sequence is the last channel event the state reflects.
-func (s *Store) CardState(ctx context.Context, r Ref) (State, error) {
-	pipe := s.rdb.TxPipeline()
-	h := pipe.HGetAll(ctx, destKey(r.Account, r.ID))
-	seq := pipe.Get(ctx, chanSeqKey(r.Account, DestinationChannel(r.ID)))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return State{}, err
-	}
-	if len(h.Val()) == 0 {
-		return State{}, ErrUnknownDestination
-	}
-	st := stateFrom(h.Val())
-	st.Sequence, _ = strconv.ParseInt(seq.Val(), 10, 64)
-	return st, nil
-}
-
 // AccountStates reads the states of an account's destinations (ids) and the account
 // channel's sequence in one MULTI. Each State.Sequence is that destination's own channel
 // sequence; a destination with no stored state is left out of the map.

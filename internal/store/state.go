@@ -65,9 +65,10 @@ func (r Ref) chanKeys() []string {
 // ErrUnknownDestination is returned for a destination with no stored state.
 var ErrUnknownDestination = errors.New("destination has no stored state")
 
-// LoadState reads a destination's state.
+// LoadState reads a destination's state and its channel's sequence in one MULTI, so
+// State.Sequence is the last channel event the state reflects (the card needs that).
 func (s *Store) LoadState(ctx context.Context, r Ref) (State, error) {
-	pipe := s.rdb.Pipeline()
+	pipe := s.rdb.TxPipeline()
 	h := pipe.HGetAll(ctx, destKey(r.Account, r.ID))
 	seq := pipe.Get(ctx, chanSeqKey(r.Account, DestinationChannel(r.ID)))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

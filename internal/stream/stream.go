@@ -117,7 +117,7 @@ func (c *Channels) Resolve(name string) (Channel, error) {
 func (c *Channels) Card(ctx context.Context, d destination.Destination) (Card, error) {
 	deadline := time.Now().Add(configLagWait)
 	for {
-		st, err := c.opts.Store.CardState(ctx, store.Ref{Account: d.Account, ID: d.ID})
+		st, err := c.opts.Store.LoadState(ctx, store.Ref{Account: d.Account, ID: d.ID})
 		if errors.Is(err, store.ErrUnknownDestination) {
 			return Card{}, ErrNotFound
 		}
