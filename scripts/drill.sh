@@ -2,19 +2,26 @@
 # A short fault drill of the relay on private local peers (cmd/loadtest drill):
 # RabbitMQ (scripts/peers.sh), Redis with AOF (appendfsync always), kinesalite, the cloud
 # sandbox (cmd/sandbox) and two `relay serve` replicas sharing one config (3 destinations,
-# one per connector, lease_ttl 2s). Under a steady publish load (200 events/s for 60 s) it
+# one per connector, lease_ttl 2s). Under a steady publish load (200 events/s for 90 s) it
 # SIGKILLs a replica every 10 s and starts it again, restarts RabbitMQ once and SIGKILLs
-# and restarts Redis once. Then it waits for everything to drain and checks, from the
-# sandbox's /arrived and the account log in Redis, that every confirmed event reached each
-# matching destination at least once, first arrivals in log order; duplicates are counted.
-# Exits non-zero when the check fails. Everything listens on 127.0.0.1 only.
+# and restarts Redis once. Two sink faults sit in proxies the load command owns, between
+# the replicas and the sandbox: EventBridge answers every second PutEvents with
+# ThrottlingException from t+5s for 60 s (-throttle-at, -throttle-for), and the path to
+# Kinesis stops answering from t+75s for 45 s, until more than the relay's 30 s write
+# timeout after the last replica kill (t+80s), so a write times out in a replica the
+# drill does not kill first (-stall-at, -stall-for; a length of 0 turns a fault off).
+# Then it waits for everything to drain and checks, from the sandbox's /arrived and the
+# account log in Redis, that every confirmed event reached each matching destination at
+# least once, first arrivals in log order, and that no destination ended disabled;
+# duplicates are counted. Exits non-zero when the check fails. Everything listens on
+# 127.0.0.1 only.
 #
 #   make drill                     (or scripts/drill.sh [loadtest drill flags], e.g. -rate 100 -duration 30s)
 #   DRILL_KEEP=1 scripts/drill.sh  keep the state directory (logs, AOF) for a look afterwards (kept on failure too)
 #
 # Ports (below 32768, away from peers.sh's, the demo's and bench-ingest's defaults):
 # DRILL_REDIS_PORT 17479, DRILL_RABBIT_PORT 26772 (+1 dist), DRILL_EPMD_PORT 24569,
-# sandbox 24680-24683 and 24685, kinesalite 24684.
+# sandbox 24680-24683 and 24685, kinesalite 24684; the fault proxies take free ports on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH

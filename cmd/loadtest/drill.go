@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -9,7 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +55,8 @@ type drillFlags struct {
 	rate                                  int
 	duration, killEvery, restartAfter     time.Duration
 	rabbitAt, redisAt                     time.Duration
+	throttleAt, throttleFor               time.Duration // EventBridge answers every second PutEvents ThrottlingException
+	stallAt, stallFor                     time.Duration // the path to Kinesis stops answering
 	ingestTimeout, drainTimeout           time.Duration
 	leaseTTL                              time.Duration
 }
@@ -70,11 +75,18 @@ func runDrill(ctx context.Context, args []string) error {
 	fs.StringVar(&f.pubsub, "pubsub", "", "sandbox Pub/Sub host:port")
 	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox admin API URL")
 	fs.IntVar(&f.rate, "rate", 200, "events published per second")
-	fs.DurationVar(&f.duration, "duration", 60*time.Second, "how long the load runs")
+	fs.DurationVar(&f.duration, "duration", 90*time.Second, "how long the load runs")
 	fs.DurationVar(&f.killEvery, "kill-every", 10*time.Second, "SIGKILL a replica this often (alternating)")
 	fs.DurationVar(&f.restartAfter, "restart-after", time.Second, "a killed replica is started again after this")
 	fs.DurationVar(&f.rabbitAt, "rabbit-at", 15*time.Second, "restart RabbitMQ at this point of the load (0: never)")
 	fs.DurationVar(&f.redisAt, "redis-at", 35*time.Second, "SIGKILL and restart Redis at this point of the load (0: never)")
+	fs.DurationVar(&f.throttleAt, "throttle-at", 5*time.Second, "EventBridge starts throttling half the writes at this point of the load")
+	fs.DurationVar(&f.throttleFor, "throttle-for", 60*time.Second, "how long EventBridge throttles (0: never)")
+	// A write only times out (30 s) in a replica that lives that long: with a kill every
+	// 10 s, only the replica holding the stream after the last kill does, so the stall
+	// must last until more than 30 s after it.
+	fs.DurationVar(&f.stallAt, "stall-at", 75*time.Second, "the network path to Kinesis stops answering at this point of the load")
+	fs.DurationVar(&f.stallFor, "stall-for", 45*time.Second, "how long the path to Kinesis stalls, longer than the relay's 30 s write timeout (0: never)")
 	fs.DurationVar(&f.ingestTimeout, "ingest-timeout", 120*time.Second, "wait this long for the log to hold every confirmed event")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 180*time.Second, "wait this long for every destination to catch up")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 2*time.Second, "delivery.lease_ttl of the replicas")
@@ -93,9 +105,33 @@ func runDrill(ctx context.Context, args []string) error {
 	}
 	keyHex := hex.EncodeToString(key)
 	const exchange = "fetcher.job.events"
+	var err error
+
+	// The sink faults: proxies of our own between the relays and the sandbox, only when
+	// their window is on (otherwise the relays talk to the sandbox directly).
+	eventsURL, kinesisURL := f.events, f.kinesis
+	var throttle *throttleProxy
+	if f.throttleFor > 0 {
+		if throttle, err = startThrottleProxy(f.events); err != nil {
+			return err
+		}
+		defer throttle.close()
+		eventsURL = throttle.URL
+		logf("EventBridge through the throttle proxy %s → %s", throttle.URL, f.events)
+	}
+	var stall *stallProxy
+	if f.stallFor > 0 {
+		u, _ := url.Parse(f.kinesis)
+		if stall, err = startStallProxy(u.Host); err != nil {
+			return err
+		}
+		defer stall.close()
+		kinesisURL = "http://" + stall.Addr
+		logf("Kinesis through the stall proxy %s", stall)
+	}
 
 	cfgPath := filepath.Join(f.stateDir, "relay.drill.yaml")
-	if err := os.WriteFile(cfgPath, []byte(drillConfig(f, exchange)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(drillConfig(f, exchange, eventsURL, kinesisURL)), 0o600); err != nil {
 		return err
 	}
 	env := []string{"DRILL_HMAC_KEY=" + keyHex, "AWS_ACCESS_KEY_ID=AKIDDRILL", "AWS_SECRET_ACCESS_KEY=drill-not-a-secret",
@@ -225,6 +261,40 @@ func runDrill(ctx context.Context, args []string) error {
 	}
 	hook(f.rabbitAt, "restart-rabbit")
 	hook(f.redisAt, "restart-redis")
+	// A sink fault runs its whole window, past the end of the load if need be: the drain
+	// must not start with the fault still on.
+	window := func(from, length time.Duration, what string, begin func(), end func() string) {
+		if length <= 0 {
+			return
+		}
+		faults.Add(1)
+		go func() {
+			defer faults.Done()
+			if !sleepUntil(loadCtx, start.Add(from)) {
+				return
+			}
+			begin()
+			note("%s %s: begin", at(0), what)
+			sleepUntil(ctx, start.Add(from+length))
+			note("%s %s: end (%s)", at(0), what, end())
+		}()
+	}
+	if throttle != nil {
+		window(f.throttleAt, f.throttleFor, "EventBridge throttle (every second PutEvents answered ThrottlingException)",
+			throttle.begin, func() string {
+				throttle.end()
+				seen, n := throttle.counts()
+				return fmt.Sprintf("%d of %d PutEvents in the window throttled", n, seen)
+			})
+	}
+	if stall != nil {
+		window(f.stallAt, f.stallFor, "Kinesis stall (the proxy moves no bytes, serves no new connection)",
+			stall.begin, func() string {
+				stall.end()
+				open, accepted := stall.counts()
+				return fmt.Sprintf("%d connections held and reset: %d open at the start, %d accepted during it", open+accepted, open, accepted)
+			})
+	}
 
 	// The load: f.rate events/s, one in ten job.failed, each resent until confirmed.
 	pub := &publisher{url: f.amqpURL, exchange: exchange}
@@ -322,10 +392,74 @@ func runDrill(ctx context.Context, args []string) error {
 	}
 	stopSuper()
 
-	return drillReport(os.Stdout, f, evs, log, arr, reps, faultLog, loadSecs, pub)
+	// How each destination ended: a throttle or a stall is not taken, so none may be disabled.
+	status := map[string]string{}
+	for _, d := range drillDests {
+		s, err := st.LoadState(ctx, store.Ref{Account: drillAccount, ID: d.id})
+		if err != nil {
+			status[d.id] = "unreadable: " + err.Error()
+			continue
+		}
+		status[d.id] = s.Status
+		if s.Disabled != nil {
+			status[d.id] += " (" + s.Disabled.Reason + ")"
+		}
+	}
+	sf := sinkFaults{attempts: scanAttempts(f.stateDir)}
+	if throttle != nil {
+		sf.putEventsInWindow, sf.throttled = throttle.counts()
+	}
+	if stall != nil {
+		sf.stalledOpen, sf.stalledNew = stall.counts()
+	}
+	return drillReport(os.Stdout, f, evs, log, arr, reps, faultLog, loadSecs, pub, status, sf)
 }
 
-func drillConfig(f drillFlags, exchange string) string {
+// sinkFaults is what the sink proxies counted, and the delivery attempts the replicas logged.
+type sinkFaults struct {
+	putEventsInWindow, throttled int
+	stalledOpen, stalledNew      int
+	attempts                     map[string]map[string]int // destination → "class code" → attempts
+}
+
+// scanAttempts counts the "delivery attempt" lines of every replica log in dir by
+// destination, class and code: how the relay classified what the faults did.
+func scanAttempts(dir string) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	paths, _ := filepath.Glob(filepath.Join(dir, "relay-*.log"))
+	for _, p := range paths {
+		fh, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if !bytes.Contains(line, []byte(`"msg":"delivery attempt"`)) {
+				continue
+			}
+			var a struct{ Destination, Class, Code string }
+			if json.Unmarshal(line, &a) != nil {
+				continue
+			}
+			if out[a.Destination] == nil {
+				out[a.Destination] = map[string]int{}
+			}
+			k := a.Class
+			if a.Code != "" {
+				k += " " + a.Code
+			}
+			out[a.Destination][k]++
+		}
+		fh.Close()
+	}
+	return out
+}
+
+// drillConfig is the replicas' config; events and kinesis are the endpoints they write
+// to (the sandbox's, or a fault proxy in front of it).
+func drillConfig(f drillFlags, exchange, events, kinesis string) string {
 	return fmt.Sprintf(`# written by cmd/loadtest drill; one config for both replicas
 identity:
   name: mercamap
@@ -369,7 +503,7 @@ destinations:
     connector: pubsub
     project_id: relay-drill
     topic_id: drill-events
-`, f.amqpURL, exchange, f.redisURL, f.sts, f.events, f.kinesis, f.pubsub, drillAccount, roleBus, roleStream, f.leaseTTL.String())
+`, f.amqpURL, exchange, f.redisURL, f.sts, events, kinesis, f.pubsub, drillAccount, roleBus, roleStream, f.leaseTTL.String())
 }
 
 func sleepUntil(ctx context.Context, t time.Time) bool {
@@ -538,7 +672,7 @@ func checkDest(d drillDest, log []store.LogEntry, got []string) destResult {
 }
 
 func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, arr map[string][]string,
-	reps []*replica, faults []string, loadSecs float64, pub *publisher) error {
+	reps []*replica, faults []string, loadSecs float64, pub *publisher, status map[string]string, sf sinkFaults) error {
 	confirmed, unconfirmed := 0, 0
 	inLog := map[string]int{}
 	for i, le := range log {
@@ -572,8 +706,15 @@ func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, 
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Fault drill (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "load: %d events/s for %.0f s; lease_ttl %s; replica SIGKILL every %s (restarted after %s); RabbitMQ restart at t+%s; Redis SIGKILL+restart (AOF always) at t+%s\n\n",
+	fmt.Fprintf(&b, "load: %d events/s for %.0f s; lease_ttl %s; replica SIGKILL every %s (restarted after %s); RabbitMQ restart at t+%s; Redis SIGKILL+restart (AOF always) at t+%s",
 		f.rate, loadSecs, f.leaseTTL, f.killEvery, f.restartAfter, f.rabbitAt, f.redisAt)
+	if f.throttleFor > 0 {
+		fmt.Fprintf(&b, "; EventBridge throttles every second PutEvents from t+%s for %s", f.throttleAt, f.throttleFor)
+	}
+	if f.stallFor > 0 {
+		fmt.Fprintf(&b, "; the path to Kinesis stalls from t+%s for %s", f.stallAt, f.stallFor)
+	}
+	fmt.Fprint(&b, "\n\n")
 	fmt.Fprintln(&b, "faults:")
 	for _, s := range faults {
 		fmt.Fprintln(&b, "  "+s)
@@ -585,6 +726,21 @@ func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, 
 			fmt.Fprintln(&b, "    exited: "+e)
 		}
 	}
+	if f.throttleFor > 0 {
+		fmt.Fprintf(&b, "  EventBridge throttle proxy: %d ThrottlingException answers, of %d PutEvents in the window\n", sf.throttled, sf.putEventsInWindow)
+	}
+	if f.stallFor > 0 {
+		fmt.Fprintf(&b, "  Kinesis stall proxy: %d connections stalled (%d open at the start, %d accepted during it), reset at the end\n",
+			sf.stalledOpen+sf.stalledNew, sf.stalledOpen, sf.stalledNew)
+	}
+	fmt.Fprintln(&b, "  delivery attempts the replicas logged (class code: count):")
+	for _, d := range drillDests {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(sf.attempts[d.id])) {
+			parts = append(parts, fmt.Sprintf("%s: %d", k, sf.attempts[d.id][k]))
+		}
+		fmt.Fprintf(&b, "    %s: %s\n", d.id, strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(&b, "\npublished %d, confirmed %d, never confirmed %d (resends after lost confirms: %d, publisher reconnects: %d)\n",
 		len(evs), confirmed, unconfirmed, pub.resends, pub.reconnects)
 	fmt.Fprintf(&b, "account log: %d entries; confirmed events missing from it: %d; log entries out of publish order: %d (informational)\n\n",
@@ -592,17 +748,21 @@ func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, 
 
 	ok := len(lostIngest) == 0
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "destination\tconnector\texpected\tarrivals\tdistinct\tduplicates (events)\tmissing\tunexpected\torder breaks\tverdict\t")
+	fmt.Fprintln(tw, "destination\tconnector\texpected\tarrivals\tdistinct\tduplicates (events)\tmissing\tunexpected\torder breaks\tended\tverdict\t")
 	var details []string
 	for _, d := range drillDests {
 		r := checkDest(d, log, arr[d.id])
 		verdict := "OK"
-		if r.missing > 0 || r.orderBreaks > 0 || r.unexpected > 0 {
+		ended := strings.SplitN(status[d.id], " ", 2)[0]
+		if r.missing > 0 || r.orderBreaks > 0 || r.unexpected > 0 || ended != store.Active {
 			verdict = "FAIL"
 			ok = false
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d (%d)\t%d\t%d\t%d\t%s\t\n", d.id, d.connector, r.expected, r.arrivals, r.unique,
-			r.dups, r.dupIDs, r.missing, r.unexpected, r.orderBreaks, verdict)
+		if ended != store.Active {
+			details = append(details, fmt.Sprintf("%s: ended %s, not active", d.id, status[d.id]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d (%d)\t%d\t%d\t%d\t%s\t%s\t\n", d.id, d.connector, r.expected, r.arrivals, r.unique,
+			r.dups, r.dupIDs, r.missing, r.unexpected, r.orderBreaks, ended, verdict)
 		if r.firstBreak != "" {
 			details = append(details, fmt.Sprintf("%s: first order break: %s", d.id, r.firstBreak))
 		}
@@ -626,7 +786,7 @@ func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, 
 		fmt.Fprintf(&b, "LOST AT INGEST: %d confirmed events never reached the log, first: %s\n", len(lostIngest), strings.Join(ids, ", "))
 	}
 	if ok {
-		fmt.Fprintln(&b, "\nverdict: PASS — every confirmed event reached every matching destination, first arrivals in log order")
+		fmt.Fprintln(&b, "\nverdict: PASS — every confirmed event reached every matching destination, first arrivals in log order; every destination ended active (none disabled)")
 	} else {
 		fmt.Fprintln(&b, "\nverdict: FAIL")
 	}
