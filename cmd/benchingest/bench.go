@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -368,7 +367,7 @@ func buildMessages(n, size int, exchange string, key []byte, prefix string, run 
 		if i%10 == 9 {
 			j.Status = "failed"
 		}
-		body, err := padded(j.DefaultBody(now), size)
+		body, err := jobevent.Pad(j.DefaultBody(now), size)
 		if err != nil {
 			return nil, err
 		}
@@ -376,26 +375,6 @@ func buildMessages(n, size int, exchange string, key []byte, prefix string, run 
 		msgs[i] = message{j.RoutingKey(), jobevent.Build(j, exchange, key, now)}
 	}
 	return msgs, nil
-}
-
-// padded adds metadata.pad to a Worker-shaped body so it is size bytes long (a body
-// already longer is left as it is).
-func padded(body []byte, size int) ([]byte, error) {
-	var doc map[string]any
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, err
-	}
-	meta, ok := doc["metadata"].(map[string]any)
-	if !ok {
-		return nil, errors.New("body has no metadata object")
-	}
-	meta["pad"] = ""
-	out, err := json.Marshal(doc)
-	if err != nil || len(out) >= size {
-		return out, err
-	}
-	meta["pad"] = strings.Repeat("x", size-len(out))
-	return json.Marshal(doc)
 }
 
 // sample is the CPU used so far by this process and by each peer, at one instant.

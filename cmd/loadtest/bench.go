@@ -17,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,7 +26,29 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/jobevent"
 )
+
+// defaultRuns grows one thing at a time from one destination and 1 KB events at 200/s
+// (the latency row): the publish rate, the event size, the number of destinations.
+const defaultRuns = "1:2000:200,1:2000:0,1:1000:200:16384,1:500:100:65536,100:200:0,1000:20:0,10000:10:0"
+
+func parseRun(r string) (benchRun, error) {
+	p := strings.Split(r, ":")
+	if len(p) != 3 && len(p) != 4 {
+		return benchRun{}, fmt.Errorf("-runs %q: want destinations:events:rate[:bytes]", r)
+	}
+	n := make([]int, 4)
+	n[3] = 1024
+	for i, f := range p {
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 || (v == 0 && i != 2) {
+			return benchRun{}, fmt.Errorf("-runs %q: %q is not a positive number", r, f)
+		}
+		n[i] = v
+	}
+	return benchRun{dests: n[0], events: n[1], rate: n[2], size: n[3]}, nil
+}
 
 // stampedBus is the sandbox's EventBridge (awstest) with one addition: it notes when it
 // took each entry, i.e. when it answered the PutEvents that carried it. That is the
@@ -89,17 +110,30 @@ func (s *stampedBus) count() int {
 
 type benchRun struct {
 	dests, events, rate int // rate 0: publish as fast as confirms allow
+	size                int // event body bytes
 }
+
+// latencies are publish-to-bus-answer times, sorted.
+type latencies []time.Duration
+
+func (l latencies) at(q float64) time.Duration { return l[min(int(float64(len(l))*q), len(l)-1)] }
 
 type benchResult struct {
 	benchRun
 	deliveries           int
 	perSec               float64
-	p50, p99, max        time.Duration
+	lat                  latencies
 	dups                 int
 	rssIdle, rssEnd, hwm int // kB
 	startup              time.Duration
+	bare                 *bareResult // one-destination rows: the same load without the relay
 	err                  string
+}
+
+type bareResult struct {
+	perSec float64
+	lat    latencies
+	err    string
 }
 
 func runBench(ctx context.Context, args []string) error {
@@ -110,8 +144,8 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&stateDir, "state", "", "directory for configs and logs")
 	fs.StringVar(&amqpURL, "amqp", "", "broker URL (127.0.0.1)")
 	fs.StringVar(&redisURL, "redis", "", "Redis URL (127.0.0.1); FLUSHALL before each run")
-	fs.StringVar(&runsFlag, "runs", "1:2000:0,1:2000:200,100:200:0,100:500:50,10000:10:0",
-		"runs as destinations:events:rate (rate 0 = as fast as confirms allow)")
+	fs.StringVar(&runsFlag, "runs", defaultRuns,
+		"runs as destinations:events:rate[:bytes] (rate 0 = as fast as confirms allow; bytes default 1024)")
 	fs.DurationVar(&bareFor, "bare", 5*time.Second, "bare PutEvents loop duration")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -124,14 +158,10 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	var runs []benchRun
 	for _, r := range strings.Split(runsFlag, ",") {
-		p := strings.Split(r, ":")
-		if len(p) != 3 {
-			return fmt.Errorf("-runs %q: want dests:events:rate", r)
+		br, err := parseRun(r)
+		if err != nil {
+			return err
 		}
-		var br benchRun
-		br.dests, _ = strconv.Atoi(p[0])
-		br.events, _ = strconv.Atoi(p[1])
-		br.rate, _ = strconv.Atoi(p[2])
 		runs = append(runs, br)
 	}
 
@@ -165,7 +195,17 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	var results []benchResult
 	for i, r := range runs {
+		var bare *bareResult
+		if r.dests == 1 {
+			bare = barePipeline(ctx, r, i, amqpURL, busURL, key, bus)
+			if bare.err != "" {
+				logf("run %d: bare pipeline failed: %s", i+1, bare.err)
+			} else {
+				logf("run %d: bare pipeline %.0f/s, p50 %s p99 %s", i+1, bare.perSec, bare.lat.at(0.5), bare.lat.at(0.99))
+			}
+		}
 		res := benchOne(ctx, r, i, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role, key, bus, sts, rdb)
+		res.bare = bare
 		if res.err != "" {
 			logf("run %d (%d destinations) failed: %s", i+1, r.dests, res.err)
 		}
@@ -173,29 +213,7 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	loadAfter := loadAvg()
 
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n## End to end (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "load average before %s, after %s; nproc %d\n\n", load, loadAfter, nproc())
-	fmt.Fprintf(&b, "bare PutEvents (1 entry, one in flight, same bus, same run, %s): **%.0f/s**, p50 %s / p99 %s\n\n",
-		bareFor, bareRate, round(bareP50), round(bareP99))
-	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| destinations\t events\t publish rate\t deliveries\t deliveries/s\t vs bare\t latency p50 / p99 / max\t duplicates\t relay RSS idle → end (peak)\t")
-	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t")
-	for _, r := range results {
-		rate := "as fast as confirmed"
-		if r.rate > 0 {
-			rate = fmt.Sprintf("%d/s", r.rate)
-		}
-		if r.err != "" {
-			fmt.Fprintf(tw, "| %d\t %d\t %s\t %d\t failed: %s\t\t\t\t\t\n", r.dests, r.events, rate, r.deliveries, r.err)
-			continue
-		}
-		fmt.Fprintf(tw, "| %d\t %d\t %s\t %d\t %.0f\t %.0f%%\t %s / %s / %s\t %d\t %.1f → %.1f MB (%.1f)\t\n", r.dests, r.events, rate,
-			r.deliveries, r.perSec, 100*r.perSec/bareRate, round(r.p50), round(r.p99), round(r.max), r.dups,
-			float64(r.rssIdle)/1024, float64(r.rssEnd)/1024, float64(r.hwm)/1024)
-	}
-	tw.Flush()
-	fmt.Print(b.String())
+	fmt.Print(benchReport(results, bareFor, bareRate, bareP50, bareP99, load, loadAfter))
 	return nil
 }
 
@@ -263,7 +281,7 @@ destinations:
 	pub := &publisher{url: amqpURL, exchange: exchange}
 	defer pub.close()
 	// Warm-up: one event, until every destination has it (leases taken, sessions assumed).
-	warm := newEvent(exchange, key, 0, "completed")
+	warm := sizedEvent(exchange, key, 0, r.size)
 	pub.send(ctx, []*event{warm})
 	base := bus.count()
 	if !waitCount(ctx, bus, base, r.dests, 300*time.Second) {
@@ -278,49 +296,77 @@ destinations:
 	dupBase := bus.dups
 	evs := make([]*event, r.events)
 	for i := range evs {
-		evs[i] = newEvent(exchange, key, i+1, "completed")
+		evs[i] = sizedEvent(exchange, key, i+1, r.size)
 	}
 	start := time.Now()
-	if r.rate <= 0 {
-		for i := 0; i < len(evs); i += 256 {
-			pub.send(ctx, evs[i:min(i+256, len(evs))])
-		}
-	} else {
-		sent := 0
-		for sent < len(evs) && ctx.Err() == nil {
-			due := min(int(time.Since(start).Seconds()*float64(r.rate))+1, len(evs))
-			if due > sent {
-				pub.send(ctx, evs[sent:due])
-				sent = due
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	publishAt(ctx, pub, evs, r.rate)
 	want := r.dests * r.events
 	limit := 120*time.Second + time.Duration(want)*time.Millisecond
 	if !waitCount(ctx, bus, base, want, limit) {
 		res.err = fmt.Sprintf("%d of %d deliveries after %s", bus.count()-base, want, limit)
 		return
 	}
+	var last time.Time
+	res.lat, last = bus.latencies(evs, buses)
 	bus.mu.Lock()
-	last := bus.last
-	var lat []time.Duration
-	for _, e := range evs {
-		for _, b := range buses {
-			if at, ok := bus.at[b+"|"+e.id]; ok {
-				lat = append(lat, at.Sub(e.sentAt))
-			}
-		}
-	}
 	res.dups = bus.dups - dupBase
 	bus.mu.Unlock()
 	res.rssEnd, res.hwm = procStatus(rep.pid())
 	res.deliveries = want
 	res.perSec = float64(want) / last.Sub(start).Seconds()
-	slices.Sort(lat)
-	res.p50, res.p99, res.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
-	logf("%d destinations × %d events: %.0f deliveries/s, p50 %s p99 %s", r.dests, r.events, res.perSec, res.p50, res.p99)
+	logf("%d destinations × %d events of %d B: %.0f deliveries/s, p50 %s p99 %s", r.dests, r.events, r.size,
+		res.perSec, res.lat.at(0.5), res.lat.at(0.99))
 	return
+}
+
+// latencies returns, for every event that reached one of buses, the time from its first
+// publish to the bus's answer (sorted), and the last answer among them.
+func (s *stampedBus) latencies(evs []*event, buses []string) (latencies, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var lat latencies
+	var last time.Time
+	for _, e := range evs {
+		for _, b := range buses {
+			if at, ok := s.at[b+"|"+e.id]; ok {
+				lat = append(lat, at.Sub(e.sentAt))
+				if at.After(last) {
+					last = at
+				}
+			}
+		}
+	}
+	slices.Sort(lat)
+	return lat, last
+}
+
+// publishAt publishes evs with confirms: at rate events/s, or as fast as confirms allow
+// (256 at a time) when rate is 0.
+func publishAt(ctx context.Context, pub *publisher, evs []*event, rate int) {
+	if rate <= 0 {
+		for i := 0; i < len(evs); i += 256 {
+			pub.send(ctx, evs[i:min(i+256, len(evs))])
+		}
+		return
+	}
+	start := time.Now()
+	sent := 0
+	for sent < len(evs) && ctx.Err() == nil {
+		due := min(int(time.Since(start).Seconds()*float64(rate))+1, len(evs))
+		if due > sent {
+			pub.send(ctx, evs[sent:due])
+			sent = due
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// sizedEvent is a job.completed event whose body is padded to size bytes.
+func sizedEvent(exchange string, key []byte, seq, size int) *event {
+	now := time.Now()
+	j := jobevent.Job{ID: uuid(), Status: "completed", StoreID: fmt.Sprintf("store-%d", seq%50)}
+	j.Body, _ = jobevent.Pad(j.DefaultBody(now), size) // a default body always has metadata
+	return &event{id: j.EventID(), key: j.RoutingKey(), msg: jobevent.Build(j, exchange, key, now)}
 }
 
 func waitCount(ctx context.Context, bus *stampedBus, base, want int, limit time.Duration) bool {

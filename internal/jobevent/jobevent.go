@@ -6,7 +6,9 @@ package jobevent
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -50,6 +52,26 @@ func (j Job) DefaultBody(now time.Time) []byte {
 	}
 	b, _ := json.Marshal(body) // maps of strings and numbers always marshal
 	return b
+}
+
+// Pad adds metadata.pad to a Worker-shaped body so it is size bytes long, for load
+// runs that need a given event size (a body already longer is left as it is).
+func Pad(body []byte, size int) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, err
+	}
+	meta, ok := doc["metadata"].(map[string]any)
+	if !ok {
+		return nil, errors.New("body has no metadata object")
+	}
+	meta["pad"] = ""
+	out, err := json.Marshal(doc)
+	if err != nil || len(out) >= size {
+		return out, err
+	}
+	meta["pad"] = strings.Repeat("x", size-len(out))
+	return json.Marshal(doc)
 }
 
 // Build returns the signed message the Worker would publish for j on exchange at now.
