@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -86,7 +87,6 @@ var errStop = errors.New("stop delivering")
 
 func (w *worker) run(ctx context.Context) {
 	log := w.d.opts.Logger.With("destination", w.dest.ID)
-	r := ref(w.dest)
 	defer func() { _ = w.settle(); w.letGo() }()
 	for ctx.Err() == nil {
 		w.letGo() // between passes, and while idle, the slot is someone else's
@@ -98,37 +98,55 @@ func (w *worker) run(ctx context.Context) {
 		if !w.hold(ctx) {
 			return
 		}
-		st, err := w.d.opts.Store.LoadState(ctx, r)
-		if err != nil {
-			log.Warn("cannot load destination state", "error", err)
-			w.letGo()
-			w.idle(ctx, wake)
-			continue
-		}
-		if st.Status != store.Active {
-			w.letGo()
-			w.idle(ctx, wake)
-			continue
-		}
-		dest := w.dest
-		dest.ExternalID = st.ExternalID
-		entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
-		if err != nil {
-			log.Warn("cannot read the account log", "error", err)
-			w.letGo()
-			w.idle(ctx, wake)
-			continue
-		}
-		if len(entries) == 0 {
-			w.letGo()
-			w.idle(ctx, wake)
-			continue
-		}
-		if err := w.deliverAll(ctx, dest, entries); errors.Is(err, store.ErrStaleLease) {
+		var idle bool
+		var err error
+		onFreshStack(func() { idle, err = w.pass(ctx, log) })
+		if errors.Is(err, store.ErrStaleLease) {
 			log.Warn("lease superseded; another replica delivers now")
 			return
 		}
+		if idle {
+			w.letGo()
+			w.idle(ctx, wake)
+		}
 	}
+}
+
+// onFreshStack runs f on a goroutine of its own and waits for it. A pass goes deep into
+// the SDKs and grows the stack it runs on, and a goroutine keeps a grown stack while it
+// waits: run on the worker's own goroutine, 10,000 idle destinations held ~10 KB of stack
+// each (96 MiB). This way only the passes running at once (at most MaxActive) do.
+func onFreshStack(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// pass delivers the next batch of the log past the destination's cursor. idle: there is
+// nothing to do until the log grows (not active, nothing new, or Redis unreachable).
+func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err error) {
+	st, err := w.d.opts.Store.LoadState(ctx, ref(w.dest))
+	if err != nil {
+		log.Warn("cannot load destination state", "error", err)
+		return true, nil
+	}
+	if st.Status != store.Active {
+		return true, nil
+	}
+	dest := w.dest
+	dest.ExternalID = st.ExternalID
+	entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
+	if err != nil {
+		log.Warn("cannot read the account log", "error", err)
+		return true, nil
+	}
+	if len(entries) == 0 {
+		return true, nil
+	}
+	return false, w.deliverAll(ctx, dest, entries)
 }
 
 // deliverAll takes entries in order; it returns early when the destination stops.
