@@ -625,7 +625,8 @@ type destResult struct {
 	expected, arrivals, unique, dups, missing, unexpected, orderBreaks int
 	firstBreak                                                         string
 	missingIDs                                                         []string
-	dupIDs                                                             int // distinct events delivered more than once
+	dupIDs                                                             int      // distinct events delivered more than once
+	dupList                                                            []string // each of them: "id ×n"
 }
 
 func checkDest(d drillDest, log []store.LogEntry, got []string) destResult {
@@ -666,6 +667,12 @@ func checkDest(d drillDest, log []store.LogEntry, got []string) destResult {
 		}
 	}
 	r.unique = len(seen)
+	for _, id := range got { // in first-arrival order
+		if n := seen[id]; n > 1 {
+			r.dupList = append(r.dupList, fmt.Sprintf("%s ×%d", short(id), n))
+			seen[id] = 1
+		}
+	}
 	r.missingIDs = missingOf(d, log, got)
 	r.missing = len(r.missingIDs)
 	return r
@@ -749,9 +756,17 @@ func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, 
 	ok := len(lostIngest) == 0
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "destination\tconnector\texpected\tarrivals\tdistinct\tduplicates (events)\tmissing\tunexpected\torder breaks\tended\tverdict\t")
-	var details []string
+	var details, dupLines []string
 	for _, d := range drillDests {
 		r := checkDest(d, log, arr[d.id])
+		if len(r.dupList) > 0 {
+			const most = 20
+			more := ""
+			if len(r.dupList) > most {
+				more = fmt.Sprintf(", … and %d more", len(r.dupList)-most)
+			}
+			dupLines = append(dupLines, fmt.Sprintf("  %s: %s%s", d.id, strings.Join(r.dupList[:min(most, len(r.dupList))], ", "), more))
+		}
 		verdict := "OK"
 		ended := strings.SplitN(status[d.id], " ", 2)[0]
 		if r.missing > 0 || r.orderBreaks > 0 || r.unexpected > 0 || ended != store.Active {
@@ -777,6 +792,12 @@ func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, 
 	tw.Flush()
 	for _, s := range details {
 		fmt.Fprintln(&b, s)
+	}
+	if len(dupLines) > 0 {
+		fmt.Fprintln(&b, "\nduplicates delivered (at-least-once: allowed, receivers drop a repeat by event_id):")
+		for _, s := range dupLines {
+			fmt.Fprintln(&b, s)
+		}
 	}
 	if len(lostIngest) > 0 {
 		ids := lostIngest[:min(5, len(lostIngest))]
