@@ -156,6 +156,8 @@ func (s *Store) LastLogID(ctx context.Context, acct string) (string, error) {
 
 // WaitLogs blocks up to block for new entries in the given accounts' logs after the ids
 // in after (account → log id), and returns the accounts that have some with their newest id.
+// It reads at most two entries per account, whatever the backlog: one to learn that the
+// log grew, one to learn its newest id.
 func (s *Store) WaitLogs(ctx context.Context, after map[string]string, block time.Duration) (map[string]string, error) {
 	streams := make([]string, 0, 2*len(after))
 	accts := make([]string, 0, len(after))
@@ -166,18 +168,26 @@ func (s *Store) WaitLogs(ctx context.Context, after map[string]string, block tim
 	for _, acct := range accts {
 		streams = append(streams, after[acct])
 	}
-	res, err := s.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Block: block, Count: 1024}).Result()
+	res, err := s.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Block: block, Count: 1}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]string, len(res))
+	pipe := s.rdb.Pipeline()
+	newest := make(map[string]*redis.XMessageSliceCmd, len(res))
 	for _, st := range res {
 		acct := strings.TrimSuffix(strings.TrimPrefix(st.Stream, "relay:{"), "}:log")
-		if n := len(st.Messages); n > 0 {
-			out[acct] = st.Messages[n-1].ID
+		newest[acct] = pipe.XRevRangeN(ctx, st.Stream, "+", "-", 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(newest))
+	for acct, cmd := range newest {
+		if msgs := cmd.Val(); len(msgs) > 0 {
+			out[acct] = msgs[0].ID
 		}
 	}
 	return out, nil
