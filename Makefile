@@ -4,7 +4,7 @@
 
 PEERS_DIR := .peers
 
-.PHONY: test peers-up peers-down build demo bench-ingest fuzz
+.PHONY: test peers-up peers-down build demo bench bench-ingest drill fuzz
 
 test:
 	go vet ./...
@@ -28,6 +28,8 @@ bench-ingest:
 fuzz:
 	scripts/fuzz.sh
 
-bench: ; scripts/bench.sh
+bench:
+	scripts/bench.sh
 
-drill: ; scripts/drill.sh
+drill:
+	scripts/drill.sh
