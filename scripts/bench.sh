@@ -3,7 +3,8 @@
 # (between its "make bench" markers; everything else in the file is left alone):
 #
 # 1. Ingest (cmd/benchingest -prefill): the relay's consumer draining a full quorum queue
-#    into Redis, beside a bare amqp091-go consumer on the same broker, median of 3 runs.
+#    into Redis, beside a bare amqp091-go consumer on the same broker, median of 3 runs;
+#    1 KB events, then 16 KB and 64 KB.
 # 2. End to end (cmd/loadtest bench): one `relay serve` per row, delivering to EventBridge
 #    destinations on an in-process copy of the sandbox's EventBridge and STS
 #    (internal/awstest) that notes when it answered each entry. Rows grow one thing at a
@@ -52,10 +53,15 @@ report=$state/report.md
 	echo
 } >"$report"
 if (($# == 0)); then
-	echo "bench: ingest (cmd/benchingest -prefill, 3 runs)" >&2
-	"$state/benchingest" -prefill -amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" -flushdb \
-		-peer-pids "rabbitmq=$(<"$state/rabbit.pid"),redis=$(<"$state/redis.pid")" >>"$report"
-	echo >>"$report"
+	# 1 KB events (the aim's), then larger ones: how ingest grows with event size.
+	for size_n in 1024:50000:5000 16384:10000:1000 65536:3000:300; do
+		IFS=: read -r size n warm <<<"$size_n"
+		echo "bench: ingest of $size B events (cmd/benchingest -prefill, 3 runs)" >&2
+		"$state/benchingest" -prefill -size "$size" -n "$n" -warmup "$warm" \
+			-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" -flushdb \
+			-peer-pids "rabbitmq=$(<"$state/rabbit.pid"),redis=$(<"$state/redis.pid")" >>"$report"
+		echo >>"$report"
+	done
 fi
 echo "bench: end to end (cmd/loadtest bench)" >&2
 "$state/loadtest" bench -relay "$state/relay" -state "$state" \
