@@ -11,6 +11,9 @@ targets=(
 	"./internal/config FuzzParse"
 	"./internal/destination FuzzParseARN"
 	"./internal/sinks/kinesis FuzzFlatten"
+	"./internal/jsonscan FuzzMember"
+	"./internal/dispatch FuzzStoreID"
+	"./internal/destination FuzzBody"
 )
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"

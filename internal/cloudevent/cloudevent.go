@@ -120,6 +120,25 @@ func format(v any) string {
 // NotACloudEvent); the body must be valid JSON (else BodyNotJSON). Tenant is
 // the tenantid attribute, else the X-Tenant-ID header, else "".
 func FromAMQP(headers map[string]any, body []byte) (Event, error) {
+	e, err := fromHeaders(headers)
+	if err != nil {
+		return Event{}, err
+	}
+	return e.withBody(headers, body, json.Valid(body))
+}
+
+// FromAMQPChecked is FromAMQP for a caller that has already run json.Valid on the
+// body: bodyJSON is its result, and the body is not scanned again.
+func FromAMQPChecked(headers map[string]any, body []byte, bodyJSON bool) (Event, error) {
+	e, err := fromHeaders(headers)
+	if err != nil {
+		return Event{}, err
+	}
+	return e.withBody(headers, body, bodyJSON)
+}
+
+// fromHeaders reads the attributes and checks the required ones.
+func fromHeaders(headers map[string]any) (Event, error) {
 	var e Event
 	if !e.collect(headers, false) {
 		// Two headers carry the same attribute: redo it in a fixed order.
@@ -143,7 +162,13 @@ func FromAMQP(headers map[string]any, body []byte) (Event, error) {
 	if e.SpecVersion != "1.0" {
 		return Event{}, &Error{NotACloudEvent, "specversion " + clip(e.SpecVersion) + " is not 1.0"}
 	}
-	if !json.Valid(body) {
+	return e, nil
+}
+
+// withBody completes an event read by fromHeaders with its body, which json.Valid
+// accepted when bodyJSON is true.
+func (e Event) withBody(headers map[string]any, body []byte, bodyJSON bool) (Event, error) {
+	if !bodyJSON {
 		return Event{}, &Error{BodyNotJSON, fmt.Sprintf("body of %d bytes is not valid JSON", len(body))}
 	}
 	e.Data = body

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/jsonscan"
 	"github.com/mercamap/relay/internal/store"
 )
 
@@ -24,32 +25,44 @@ func (d *Dispatcher) message(dest destination.Destination, e store.LogEntry) des
 }
 
 // storeID reads the event's store id by the first of paths (dotted, e.g.
-// metadata.store_id) that names a string or a number.
+// metadata.store_id) that names a non-empty string or a number. It answers as
+// decoding data into a map[string]any would, without building it: ingest verified
+// data is JSON, so a scan reads only the objects on the path.
 func storeID(data []byte, paths []string) string {
 	if len(paths) == 0 {
 		paths = []string{"metadata.store_id", "metadata.storeId"}
 	}
-	var body map[string]any
-	if json.Unmarshal(data, &body) != nil {
-		return ""
-	}
-	for _, path := range paths {
-		var v any = body
-		for _, part := range strings.Split(path, ".") {
-			obj, ok := v.(map[string]any)
-			if !ok {
-				v = nil
-				break
-			}
-			v = obj[part]
+	var top string // the first segment last looked up, and its member in data
+	var topRaw []byte
+	var topOK bool
+	for i, path := range paths {
+		first, rest, nested := strings.Cut(path, ".")
+		// Reading the top level scans the whole body: paths that start alike (the
+		// defaults do) read it once.
+		if i == 0 || first != top {
+			top = first
+			topRaw, topOK = jsonscan.Member(data, first)
 		}
-		switch v := v.(type) {
-		case string:
-			if v != "" {
-				return v
+		v, ok := topRaw, topOK
+		if ok && nested {
+			for part := range strings.SplitSeq(rest, ".") {
+				if v, ok = jsonscan.Member(v, part); !ok {
+					break
+				}
 			}
-		case float64:
-			return strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		if !ok {
+			continue
+		}
+		switch c := v[0]; {
+		case c == '"':
+			if s := jsonscan.Unquote(v); len(s) > 0 {
+				return string(s)
+			}
+		case c == '-' || (c >= '0' && c <= '9'):
+			if f, err := strconv.ParseFloat(string(v), 64); err == nil {
+				return strconv.FormatFloat(f, 'f', -1, 64)
+			}
 		}
 	}
 	return ""

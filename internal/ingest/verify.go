@@ -31,7 +31,7 @@ func (c *Consumer) check(d amqp.Delivery) (store.Entry, string, *rejection) {
 	h := map[string]any(d.Headers)
 	get := func(name string) string { v, _ := cloudevent.Header(h, name); return v }
 	tenant := get("X-Tenant-ID")
-	err := c.opts.Verifier.Verify(signature.Message{
+	signed, err := c.opts.Verifier.VerifyBody(signature.Message{
 		Signature:  get("x-message-signature"),
 		Timestamp:  get("t"),
 		Version:    get("signature-version"),
@@ -46,7 +46,8 @@ func (c *Consumer) check(d amqp.Delivery) (store.Entry, string, *rejection) {
 	} else if err != nil {
 		return store.Entry{}, "", &rejection{string(signature.BadSignature), err.Error()}
 	}
-	ev, err := cloudevent.FromAMQP(h, d.Body)
+	// The verifier validated the body and read its jobId: one JSON pass serves every check below.
+	ev, err := cloudevent.FromAMQPChecked(h, d.Body, signed.BodyJSON)
 	var ceErr *cloudevent.Error
 	if errors.As(err, &ceErr) {
 		return store.Entry{}, "", &rejection{string(ceErr.Reason), ceErr.Detail}
@@ -56,7 +57,7 @@ func (c *Consumer) check(d amqp.Delivery) (store.Entry, string, *rejection) {
 	if ceTenant, ok := cloudevent.Attribute(h, "tenantid"); ok && ceTenant != tenant {
 		return store.Entry{}, "", &rejection{TenantMismatch, "ce-tenantid differs from the signed X-Tenant-ID"}
 	}
-	if jobID := signature.JobID(d.Body); jobID != "" && strings.HasPrefix(d.RoutingKey, "job.") {
+	if jobID := signed.JobID; jobID != "" && strings.HasPrefix(d.RoutingKey, "job.") {
 		if want := "fetcher." + d.RoutingKey + "." + jobID; ev.ID != want {
 			return store.Entry{}, "", &rejection{EventIDMismatch, "ce-id is not " + want + ", the id the signed body and routing key name"}
 		}

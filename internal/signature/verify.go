@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"hash"
 	"strconv"
@@ -101,32 +102,60 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // and t is inside the window, and an *Error otherwise. The window is checked only
 // once the signature is valid, so an unauthenticated t is never reported on.
 func (v Verifier) Verify(m Message) error {
+	_, _, err := v.verify(m)
+	return err
+}
+
+// Verified is what VerifyBody read of a verified message's body.
+type Verified struct {
+	JobID    string // JobID(m.Body): the jobId the signature binds
+	BodyJSON bool   // json.Valid(m.Body)
+}
+
+// VerifyBody is Verify for a caller that needs the body's jobId or JSON validity
+// too: it returns what Verify read on the way, so the body is scanned once. On
+// error the Verified is zero.
+func (v Verifier) VerifyBody(m Message) (Verified, error) {
+	jobID, bodyJSON, err := v.verify(m)
+	if err != nil {
+		return Verified{}, err
+	}
+	return Verified{JobID: string(jobID), BodyJSON: bodyJSON}, nil
+}
+
+// verify is Verify; past the header checks it also returns JobID(m.Body), as a
+// slice of the body when it has no escapes, and json.Valid(m.Body).
+func (v Verifier) verify(m Message) (jobID []byte, bodyJSON bool, err error) {
 	if m.Signature == "" {
-		return &Error{MissingSignature, "no x-message-signature header"}
+		return nil, false, &Error{MissingSignature, "no x-message-signature header"}
 	}
 	if m.Timestamp == "" {
-		return &Error{MissingSignature, "no t header"}
+		return nil, false, &Error{MissingSignature, "no t header"}
 	}
 	if m.Version != Version {
 		if m.Version == "" {
-			return &Error{UnknownVersion, "no signature-version header"}
+			return nil, false, &Error{UnknownVersion, "no signature-version header"}
 		}
-		return &Error{UnknownVersion, "signature-version is not " + Version}
+		return nil, false, &Error{UnknownVersion, "signature-version is not " + Version}
 	}
 	t, ok := parseUnix(m.Timestamp)
 	if !ok {
-		return &Error{BadSignature, "t is not a decimal Unix time in seconds"}
+		return nil, false, &Error{BadSignature, "t is not a decimal Unix time in seconds"}
 	}
 	var want [sha256.Size]byte
 	if !decodeHex(want[:], m.Signature) {
-		return &Error{BadSignature, "x-message-signature is not 64 hex digits"}
+		return nil, false, &Error{BadSignature, "x-message-signature is not 64 hex digits"}
 	}
 	if len(v.Keys) == 0 {
-		return &Error{BadSignature, "no verification key configured"}
+		return nil, false, &Error{BadSignature, "no verification key configured"}
 	}
 
+	// The body's one validation pass: Fetcher signs an empty jobId for a body it cannot decode.
+	if bodyJSON = json.Valid(m.Body); bodyJSON {
+		jobID = validJobID(m.Body)
+	}
 	s := scratchPool.Get().(*scratch)
-	s.head = appendHead(s.head[:0], m.Timestamp, m.Tenant, jobID(m.Body), m.Exchange, m.RoutingKey)
+	s.head = appendHead(s.head[:0], m.Timestamp, m.Tenant, jobID, m.Exchange, m.RoutingKey)
 	matched := false
 	for _, key := range v.Keys {
 		mac := s.macFor(key)
@@ -141,7 +170,7 @@ func (v Verifier) Verify(m Message) error {
 		scratchPool.Put(s)
 	}
 	if !matched {
-		return &Error{BadSignature, "HMAC matches no configured key"}
+		return nil, false, &Error{BadSignature, "HMAC matches no configured key"}
 	}
 
 	// Compare whole seconds, as Fetcher truncates t when it publishes; unsigned
@@ -153,15 +182,15 @@ func (v Verifier) Verify(m Message) error {
 	nowSec := now().Unix()
 	if v.MaxAge > 0 && t < nowSec {
 		if age := uint64(nowSec) - uint64(t); age > uint64(v.MaxAge/time.Second) {
-			return &Error{TooOld, fmt.Sprintf("t is %ds old, beyond the %s window", age, v.MaxAge)}
+			return nil, false, &Error{TooOld, fmt.Sprintf("t is %ds old, beyond the %s window", age, v.MaxAge)}
 		}
 	}
 	if t > nowSec {
 		if ahead := uint64(t) - uint64(nowSec); v.MaxFuture < 0 || ahead > uint64(v.MaxFuture/time.Second) {
-			return &Error{FromTheFuture, fmt.Sprintf("t is %ds ahead, beyond the %s allowance", ahead, v.MaxFuture)}
+			return nil, false, &Error{FromTheFuture, fmt.Sprintf("t is %ds ahead, beyond the %s allowance", ahead, v.MaxFuture)}
 		}
 	}
-	return nil
+	return jobID, bodyJSON, nil
 }
 
 // parseUnix accepts only what Fetcher writes (strconv.FormatInt of a Unix time):
