@@ -7,8 +7,19 @@ import (
 	"time"
 )
 
-// latencyAim is the issue's aim for what the relay adds to one destination's latency.
-const latencyAim = 5 * time.Millisecond
+// latencyAim is the aim for what the relay adds to one destination's latency, set for
+// events of aimSize bytes (the size performance.md's bare figures use).
+const (
+	latencyAim = 5 * time.Millisecond
+	aimSize    = 1024
+)
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
 
 // benchReport is the markdown section `make bench` writes into docs/benchmarks.md.
 func benchReport(results []benchResult, bareFor time.Duration, bareRate float64, bareP50, bareP99 time.Duration, load, loadAfter string) string {
@@ -45,20 +56,22 @@ func benchReport(results []benchResult, bareFor time.Duration, bareRate float64,
 	tw.Flush()
 	b.WriteString("\n")
 	for _, r := range results {
-		if r.err == "" && r.bare != nil && r.bare.err == "" && r.rate > 0 {
-			added := r.lat.at(0.99) - r.bare.lat.at(0.99)
-			verdict := "met"
-			if added >= latencyAim {
-				verdict = "NOT met"
-			}
-			fmt.Fprintf(&b, "- Relay-added p99, 1 destination, %d B at %d/s: %s (aim < %s): %s.\n", r.size, r.rate, round(added), latencyAim, verdict)
+		if r.err != "" || r.bare == nil || r.bare.err != "" || r.rate == 0 {
+			continue
 		}
+		added := r.lat.at(0.99) - r.bare.lat.at(0.99)
+		if r.size <= aimSize {
+			fmt.Fprintf(&b, "- Aim, relay-added p99 < %s for one destination of %d B events: %s at %d/s: %s.\n",
+				latencyAim, aimSize, round(added), r.rate, verdict(added < latencyAim))
+		} else {
+			fmt.Fprintf(&b, "- Relay-added p99 with %d B events at %d/s: %s (the aim is set for %d B events).\n",
+				r.size, r.rate, round(added), aimSize)
+		}
+	}
+	for _, r := range results {
 		if r.err == "" && r.dests >= 10000 {
-			verdict := "met"
-			if r.hwm >= 300*1024 {
-				verdict = "NOT met"
-			}
-			fmt.Fprintf(&b, "- Relay RSS with %d destinations: peak %.1f MiB (aim < 300 MiB): %s.\n", r.dests, float64(r.hwm)/1024, verdict)
+			fmt.Fprintf(&b, "- Aim, one relay holds 10,000 destinations in < 300 MiB: peak RSS %.1f MiB with %d: %s.\n",
+				float64(r.hwm)/1024, r.dests, verdict(r.hwm < 300*1024))
 		}
 	}
 	return b.String()
