@@ -49,7 +49,7 @@ report=$state/report.md
 {
 	echo "## Latest \`make bench\` run"
 	echo
-	echo "Written by \`scripts/bench.sh\` $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' with uncommitted changes'). Private RabbitMQ and Redis from \`scripts/peers.sh\`; how each part is measured is in the sections below this one."
+	echo "Written by \`scripts/bench.sh\` $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- . ':!docs/benchmarks.md' 2>/dev/null || echo ' with uncommitted changes'). Private RabbitMQ and Redis from \`scripts/peers.sh\`; how each part is measured is in the sections below this one."
 	echo
 } >"$report"
 if (($# == 0)); then

@@ -31,7 +31,7 @@ import (
 
 // defaultRuns grows one thing at a time from one destination and 1 KB events at 200/s
 // (the latency row): the publish rate, the event size, the number of destinations.
-const defaultRuns = "1:2000:200,1:2000:0,1:1000:200:16384,1:500:100:65536,100:200:0,1000:20:0,10000:10:0"
+const defaultRuns = "1:2000:200,1:2000:0,1:2000:200:16384,1:1000:100:65536,100:200:0,1000:20:0,10000:10:0"
 
 func parseRun(r string) (benchRun, error) {
 	p := strings.Split(r, ":")

@@ -67,6 +67,10 @@ func benchReport(results []benchResult, bareFor time.Duration, bareRate float64,
 			fmt.Fprintf(&b, "- Relay-added p99 with %d B events at %d/s: %s (the aim is set for %d B events).\n",
 				r.size, r.rate, round(added), aimSize)
 		}
+		if added < 0 {
+			fmt.Fprintf(&b, "  (Below zero: the bare pipeline's p99 came out above the relay's in this run; a p99 of %d events is their %d slowest.)\n",
+				len(r.lat), len(r.lat)-int(float64(len(r.lat))*0.99))
+		}
 	}
 	for _, r := range results {
 		if r.err == "" && r.dests >= 10000 {
