@@ -3,12 +3,12 @@
 # RabbitMQ (scripts/peers.sh), Redis with AOF (appendfsync always), kinesalite, the cloud
 # sandbox (cmd/sandbox) and two `relay serve` replicas sharing one config (3 destinations,
 # one per connector, lease_ttl 2s). Under a steady publish load (200 events/s for 90 s) it
-# SIGKILLs a replica every 10 s and starts it again, restarts RabbitMQ once and SIGKILLs
+# SIGKILLs a replica every 5 s and starts it again, restarts RabbitMQ once and SIGKILLs
 # and restarts Redis once. Two sink faults sit in proxies the load command owns, between
 # the replicas and the sandbox: EventBridge answers every second PutEvents with
 # ThrottlingException from t+5s for 60 s (-throttle-at, -throttle-for), and the path to
-# Kinesis stops answering from t+75s for 45 s, until more than the relay's 30 s write
-# timeout after the last replica kill (t+80s), so a write times out in a replica the
+# Kinesis stops answering from t+75s for 55 s, until more than the relay's 30 s write
+# timeout after the last replica kill (t+85s), so a write times out in a replica the
 # drill does not kill first (-stall-at, -stall-for; a length of 0 turns a fault off).
 # Then it waits for everything to drain and checks, from the sandbox's /arrived and the
 # account log in Redis, that every confirmed event reached each matching destination at

@@ -76,17 +76,17 @@ func runDrill(ctx context.Context, args []string) error {
 	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox admin API URL")
 	fs.IntVar(&f.rate, "rate", 200, "events published per second")
 	fs.DurationVar(&f.duration, "duration", 90*time.Second, "how long the load runs")
-	fs.DurationVar(&f.killEvery, "kill-every", 10*time.Second, "SIGKILL a replica this often (alternating)")
+	fs.DurationVar(&f.killEvery, "kill-every", 5*time.Second, "SIGKILL a replica this often (alternating)")
 	fs.DurationVar(&f.restartAfter, "restart-after", time.Second, "a killed replica is started again after this")
 	fs.DurationVar(&f.rabbitAt, "rabbit-at", 15*time.Second, "restart RabbitMQ at this point of the load (0: never)")
 	fs.DurationVar(&f.redisAt, "redis-at", 35*time.Second, "SIGKILL and restart Redis at this point of the load (0: never)")
 	fs.DurationVar(&f.throttleAt, "throttle-at", 5*time.Second, "EventBridge starts throttling half the writes at this point of the load")
 	fs.DurationVar(&f.throttleFor, "throttle-for", 60*time.Second, "how long EventBridge throttles (0: never)")
 	// A write only times out (30 s) in a replica that lives that long: with a kill every
-	// 10 s, only the replica holding the stream after the last kill does, so the stall
-	// must last until more than 30 s after it.
+	// 5 s, only the replica holding the stream after the last kill (t+85s) does, so the
+	// stall must last until more than 30 s after it (it ends at t+130s).
 	fs.DurationVar(&f.stallAt, "stall-at", 75*time.Second, "the network path to Kinesis stops answering at this point of the load")
-	fs.DurationVar(&f.stallFor, "stall-for", 45*time.Second, "how long the path to Kinesis stalls, longer than the relay's 30 s write timeout (0: never)")
+	fs.DurationVar(&f.stallFor, "stall-for", 55*time.Second, "how long the path to Kinesis stalls, longer than the relay's 30 s write timeout (0: never)")
 	fs.DurationVar(&f.ingestTimeout, "ingest-timeout", 120*time.Second, "wait this long for the log to hold every confirmed event")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 180*time.Second, "wait this long for every destination to catch up")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 2*time.Second, "delivery.lease_ttl of the replicas")
