@@ -26,8 +26,10 @@ type worker struct {
 	token    int64
 	cancel   context.CancelFunc
 	finished chan struct{}
-	pending  *inflight // the commit of the last ended message, overlapping the next write
-	holding  bool      // the worker holds one of the dispatcher's pass slots
+	pending  *inflight     // the commit of the last ended message, overlapping the next write
+	holding  bool          // the worker holds one of the dispatcher's pass slots
+	retrying string        // the log id of the message in not-taken backoff, if any
+	backoff  time.Duration // its next backoff
 }
 
 // hold takes a pass slot, waiting for one; false when ctx ended first.
@@ -85,6 +87,12 @@ func (w *worker) done() bool {
 // lease was lost, or the replica is shutting down.
 var errStop = errors.New("stop delivering")
 
+// notTaken ends a pass whose message the bus did not take: the worker waits pause, on
+// its own goroutine and without a slot, and the next pass retries it from the cursor.
+type notTaken struct{ pause time.Duration }
+
+func (notTaken) Error() string { return "not taken; retry after a backoff" }
+
 func (w *worker) run(ctx context.Context) {
 	log := w.d.opts.Logger.With("destination", w.dest.ID)
 	defer func() { _ = w.settle(); w.letGo() }()
@@ -105,7 +113,15 @@ func (w *worker) run(ctx context.Context) {
 			log.Warn("lease superseded; another replica delivers now")
 			return
 		}
-		if idle {
+		var retry notTaken
+		switch {
+		case errors.As(err, &retry):
+			// A destination in backoff must not keep others from their turn. The next
+			// pass reloads the state: a pause, disable or activation meanwhile (from any
+			// replica) is seen before the retry.
+			w.letGo()
+			sleep(ctx, retry.pause)
+		case idle:
 			w.letGo()
 			w.idle(ctx, wake)
 		}
@@ -115,7 +131,8 @@ func (w *worker) run(ctx context.Context) {
 // onFreshStack runs f on a goroutine of its own and waits for it. A pass goes deep into
 // the SDKs and grows the stack it runs on, and a goroutine keeps a grown stack while it
 // waits: run on the worker's own goroutine, 10,000 idle destinations held ~10 KB of stack
-// each (96 MiB). This way only the passes running at once (at most MaxActive) do.
+// each (96 MiB). This way only the passes running at once (at most MaxActive) do: a
+// destination waiting out a backoff, or idle, waits on its worker's small stack.
 func onFreshStack(f func()) {
 	done := make(chan struct{})
 	go func() {
@@ -162,7 +179,7 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 		}
 		skipped = ""
 		if err := w.deliver(ctx, dest, e); err != nil {
-			return err // errStop: run reloads the state; a stale lease ends the worker
+			return err // errStop, notTaken: run reloads the state; a stale lease ends the worker
 		}
 	}
 	if skipped != "" { // the batch ended on filtered-out events: move past them
@@ -175,74 +192,64 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 	return nil
 }
 
-// deliver writes one event until it ends: delivered, rejected or expired. A not-taken
-// attempt is committed (it shows on the card, never counts) and retried with backoff,
-// holding the destination's later events behind it. The commit of an ended message
-// runs while the next message is written, so the bus's round trip, not ours, sets the
-// pace; commits stay in order, and a crash re-sends at most the last two messages. The
-// price: a pause or disable stored during a write is seen one write later, so at most
-// one more write may start after it.
+// deliver writes one event: delivered, rejected or expired end it; not taken is
+// committed (it shows on the card, never counts) and returned as notTaken, holding the
+// destination's later events behind it until a later pass retries it. The commit of an
+// ended message runs while the next message is written, so the bus's round trip, not
+// ours, sets the pace; commits stay in order, and a crash re-sends at most the last two
+// messages. The price: a pause or disable stored during a write is seen one write
+// later, so at most one more write may start after it.
 func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
 	cfg := w.d.opts.Delivery
 	msg := w.d.message(dest, e)
-	wait := cfg.NotTakenBackoff.Initial
-	arrived := store.EntryTime(e.ID)
-	for {
-		if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
-			if err := w.settle(); err != nil {
-				return err
-			}
-			_, err := w.commit(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
-				MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
-			return err
-		}
-		sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
-		started := time.Now()
-		err := w.d.sink(dest).Send(sendCtx, dest, msg)
-		cancel()
-		outcome := failures.Classify(err)
-		w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
-		w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
-			"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)
-		c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message}
-		if outcome.Class != failures.NotTaken {
-			c.Cursor = e.ID
-		}
-
-		// The previous message's commit ran during this write; if it found the
-		// destination paused or disabled, this write still happened and is recorded.
-		stopped := w.settle()
-		if errors.Is(stopped, store.ErrStaleLease) {
-			return stopped
-		}
-		if outcome.Class != failures.NotTaken && stopped == nil {
-			w.commitAsync(ctx, c)
-			return nil
-		}
-		res, err := w.commit(ctx, c)
-		if err != nil {
-			return err
-		}
-		if stopped != nil || stopAfter(res, c.Cursor) != nil {
-			return errStop // nothing more is sent
-		}
-		if outcome.Class != failures.NotTaken {
-			return nil
-		}
-		pause := wait/2 + rand.N(wait/2+1)
-		w.letGo() // a destination in backoff must not keep others from their turn
-		sleep(ctx, pause)
-		if ctx.Err() != nil || !w.hold(ctx) {
-			return errStop
-		}
-		// An operator may have paused, disabled or re-activated it during the backoff
-		// (from any replica); activating moves the cursor past this message, which ends it.
-		if st, err := w.d.opts.Store.LoadState(ctx, ref(w.dest)); err == nil &&
-			(st.Status != store.Active || store.CompareIDs(st.Cursor, e.ID) >= 0) {
-			return errStop
-		}
-		wait = min(2*wait, cfg.NotTakenBackoff.Max)
+	if w.retrying != e.ID { // a message's backoff starts over; another's does not carry on
+		w.retrying, w.backoff = e.ID, cfg.NotTakenBackoff.Initial
 	}
+	arrived := store.EntryTime(e.ID)
+	if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
+		if err := w.settle(); err != nil {
+			return err
+		}
+		_, err := w.commit(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
+			MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
+		return err
+	}
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
+	started := time.Now()
+	err := w.d.sink(dest).Send(sendCtx, dest, msg)
+	cancel()
+	outcome := failures.Classify(err)
+	w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
+	w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
+		"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)
+	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message}
+	if outcome.Class != failures.NotTaken {
+		c.Cursor = e.ID
+	}
+
+	// The previous message's commit ran during this write; if it found the
+	// destination paused or disabled, this write still happened and is recorded.
+	stopped := w.settle()
+	if errors.Is(stopped, store.ErrStaleLease) {
+		return stopped
+	}
+	if outcome.Class != failures.NotTaken && stopped == nil {
+		w.commitAsync(ctx, c)
+		return nil
+	}
+	res, err := w.commit(ctx, c)
+	if err != nil {
+		return err
+	}
+	if stopped != nil || stopAfter(res, c.Cursor) != nil {
+		return errStop // nothing more is sent
+	}
+	if outcome.Class != failures.NotTaken {
+		return nil
+	}
+	wait := w.backoff
+	w.backoff = min(2*wait, cfg.NotTakenBackoff.Max)
+	return notTaken{pause: wait/2 + rand.N(wait/2+1)}
 }
 
 // commitAsync commits c in the background, after the commit before it.

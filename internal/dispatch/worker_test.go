@@ -1,0 +1,134 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store"
+)
+
+// goroutineStacks returns the stacks of every goroutine that runs a worker or a pass.
+func goroutineStacks() string {
+	buf := make([]byte, 1<<22)
+	n := runtime.Stack(buf, true)
+	var out []string
+	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+		if strings.Contains(g, "dispatch.(*worker)") || strings.Contains(g, "dispatch.onFreshStack") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+// passesRunning counts the goroutines onFreshStack started that are still running.
+func passesRunning() int { return strings.Count(goroutineStacks(), "dispatch.onFreshStack.func1(") }
+
+func (s *testSink) attemptsAt(dest string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, v := range s.attempts {
+		if strings.HasPrefix(k, dest+"/") {
+			n += v
+		}
+	}
+	return n
+}
+
+func TestShutdownLeavesNoWorkerOrPassRunningAndNoSlotHeld(t *testing.T) {
+	sink := newTestSink(func(dest string, _ destination.Message, _ int) error {
+		switch {
+		case strings.HasPrefix(dest, "throttled"):
+			return failures.NewNotTaken("did not take the event: ThrottlingException", nil)
+		case strings.HasPrefix(dest, "slow"):
+			time.Sleep(20 * time.Millisecond) // a bus with a 20 ms round trip
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("throttled", "111111111111"), bus("slow", "222222222222"), bus("fine", "333333333333"))
+	r.start()
+	for range 5 {
+		r.publish("job.completed", "job.completed", "job.completed")
+	}
+	waitFor(t, "every kind of worker busy", func() bool {
+		return len(sink.got("fine")) > 0 && len(sink.got("slow")) > 0 && sink.attemptsAt("throttled") >= 2
+	})
+	r.stop()
+	if s := goroutineStacks(); s != "" {
+		t.Fatalf("goroutines of workers or passes left after Run returned:\n%s", s)
+	}
+	if n := len(r.d.slots); n != 0 {
+		t.Fatalf("%d pass slots still held after Run returned", n)
+	}
+}
+
+func TestALostLeaseEndsTheWorkerAndFreesItsSlot(t *testing.T) {
+	release := make(chan struct{})
+	var inFlight atomic.Bool
+	sink := newTestSink(func(string, destination.Message, int) error {
+		if inFlight.CompareAndSwap(false, true) {
+			<-release
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	r.start()
+	r.publish("job.completed", "job.completed", "job.completed")
+	waitFor(t, "the first write in flight", inFlight.Load)
+
+	// Another replica takes the lease while the write is in flight.
+	ctx := context.Background()
+	if err := r.store.Client().Del(ctx, "relay:{"+acct+"}:lease:orders").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := r.store.AcquireLease(ctx, store.Ref{Account: acct, ID: "orders"}, "another-replica", time.Minute); err != nil || tok == 0 {
+		t.Fatalf("another replica could not take the lease: %d, %v", tok, err)
+	}
+	close(release)
+	waitFor(t, "the worker to end", func() bool { return goroutineStacks() == "" })
+	if n := len(r.d.slots); n != 0 {
+		t.Fatalf("%d pass slots still held after the worker ended", n)
+	}
+	// The write in flight ends, and with the overlapped commit one more may start: never all three.
+	if got := sink.got("orders"); len(got) > 2 {
+		t.Fatalf("after losing the lease the worker wrote %d events", len(got))
+	}
+}
+
+func TestDestinationsInBackoffWaitWithoutAPassRunning(t *testing.T) {
+	sink := newTestSink(func(string, destination.Message, int) error {
+		return failures.NewNotTaken("did not take the event: ThrottlingException", nil)
+	})
+	var dests []destination.Destination
+	for i := range 8 {
+		dests = append(dests, bus(fmt.Sprintf("throttled%d", i), strings.Repeat(fmt.Sprint(i+1), 12)))
+	}
+	r := newRig(t, sink, dests...)
+	r.d.slots = make(chan struct{}, 1) // MaxActive 1: every pass but one waits for the slot
+	r.start()
+	r.publish("job.completed")
+
+	// While all eight keep retrying, a pass runs only while it holds the slot: a
+	// destination waiting out its backoff holds neither a slot nor a pass goroutine
+	// (with its grown stack).
+	most := 0
+	waitFor(t, "each destination to retry three times", func() bool {
+		most = max(most, passesRunning())
+		for _, d := range dests {
+			if sink.attemptsAt(d.ID) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	if most > 1 {
+		t.Fatalf("up to %d passes ran at once with one slot: destinations in backoff kept theirs", most)
+	}
+}
