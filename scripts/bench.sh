@@ -72,7 +72,11 @@ if [[ $doc == - ]]; then
 	exit 0
 fi
 begin='<!-- make bench: begin -->' end='<!-- make bench: end -->'
-if ! grep -qF "$begin" "$doc"; then
+if ! grep -qF "$begin" "$doc" || ! grep -qF "$end" "$doc"; then
+	if grep -qF "$begin" "$doc" || grep -qF "$end" "$doc"; then
+		echo "bench: $doc has only one of its two markers; left it alone" >&2
+		exit 1 # cleanup keeps the state directory, report.md in it
+	fi
 	printf '\n%s\n%s\n' "$begin" "$end" >>"$doc"
 fi
 awk -v report="$report" -v begin="$begin" -v end="$end" '

@@ -59,7 +59,6 @@ type stampedBus struct {
 	at    map[string]time.Time // bus|event_id → first take
 	dups  int
 	n     int
-	last  time.Time
 }
 
 type statusWriter struct {
@@ -98,7 +97,6 @@ func (s *stampedBus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.at[k] = now
 		s.n++
-		s.last = now
 	}
 }
 
@@ -116,7 +114,12 @@ type benchRun struct {
 // latencies are publish-to-bus-answer times, sorted.
 type latencies []time.Duration
 
-func (l latencies) at(q float64) time.Duration { return l[min(int(float64(len(l))*q), len(l)-1)] }
+func (l latencies) at(q float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	return l[min(int(float64(len(l))*q), len(l)-1)]
+}
 
 type benchResult struct {
 	benchRun

@@ -31,7 +31,8 @@ func MessageID(destinationID, eventID string) string {
 
 // Body is the JSON every connector writes:
 // {"id","type","data","event_id","created_at"}. Data must be valid JSON (ingest
-// verified it). The bytes are json.Marshal's, data compacted and <, >, & escaped;
+// verified it). The bytes are json.Marshal's, data compacted and <, >, &, U+2028 and
+// U+2029 escaped;
 // when Marshal would copy every field unchanged, as for a body Go's json.Marshal
 // wrote, Body appends them itself and spares data Marshal's full rescan.
 func (m Message) Body() []byte {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +23,12 @@ func TestWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if news, err := st.WaitLogs(ctx, after, 20*time.Millisecond); err != nil || len(news) != 0 {
+	began := time.Now()
+	if news, err := st.WaitLogs(ctx, after, 50*time.Millisecond); err != nil || len(news) != 0 {
 		t.Fatalf("nothing appended: WaitLogs = %v, %v", news, err)
+	}
+	if waited := time.Since(began); waited < 50*time.Millisecond {
+		t.Fatalf("nothing appended, yet WaitLogs returned after %s instead of blocking 50ms", waited)
 	}
 
 	// A backlog of more entries than any one read takes: the newest id comes back.
@@ -47,13 +52,26 @@ func TestWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T) {
 		t.Fatalf("WaitLogs = %v, want only acct_busy at %s", news, newest)
 	}
 
-	// Waiting from the newest id again blocks until the next append.
+	// Waiting from the newest id again blocks (Redis lists the XREAD as blocked) until
+	// the next append.
 	after["acct_busy"] = newest
 	got := make(chan map[string]string, 1)
 	go func() {
 		news, _ := st.WaitLogs(ctx, after, 10*time.Second)
 		got <- news
 	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !blockedInXRead(t, st) {
+		if time.Now().After(deadline) {
+			t.Fatal("WaitLogs never blocked in XREAD")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case news := <-got:
+		t.Fatalf("WaitLogs returned %v before anything was appended", news)
+	default:
+	}
 	if _, err := st.AppendBatch(ctx, []Append{{Entry: Entry{EventID: "fetcher.job.completed.last", Type: "job.completed",
 		Data: []byte(`{}`)}, Accounts: []string{"acct_quiet"}}}, time.Hour, time.Hour); err != nil {
 		t.Fatal(err)
@@ -62,4 +80,18 @@ func TestWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T) {
 	if news := <-got; len(news) != 1 || news["acct_quiet"] != quiet {
 		t.Fatalf("after one append to acct_quiet: WaitLogs = %v, want acct_quiet at %s", news, quiet)
 	}
+}
+
+// blockedInXRead reports whether a client of Redis waits in a blocking XREAD.
+func blockedInXRead(t *testing.T, st *Store) bool {
+	list, err := st.Client().ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " cmd=xread") && strings.Contains(line, " flags=b") {
+			return true
+		}
+	}
+	return false
 }
