@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strconv"
@@ -239,8 +239,13 @@ func startPubSub(port int) (srv *pstest.Server, err error) {
 
 // kinesisFront passes every call to kinesalite, but takes PutRecord(s) only when signed
 // with a live session the sandbox's STS handed out, as AWS would for a customer's stream.
+//
+// kinesalite dies (an unhandled "aborted" error) when a client goes away in the middle
+// of a call. So the front reads the whole request first, and finishes every call it
+// starts with kinesalite, reading the whole answer, even when its own client has gone:
+// a relay killed or a network path cut mid-call must not take kinesalite down with it.
 func (s *sandbox) kinesisFront(upstream *url.URL) http.Handler {
-	proxy := httputil.NewSingleHostReverseProxy(upstream)
+	client := &http.Client{Timeout: 30 * time.Second}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("X-Amz-Target") {
 		case "Kinesis_20131202.PutRecord", "Kinesis_20131202.PutRecords":
@@ -251,7 +256,35 @@ func (s *sandbox) kinesisFront(upstream *url.URL) http.Handler {
 				return
 			}
 		}
-		proxy.ServeHTTP(w, r)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return // the client went away before its request was whole: kinesalite never sees it
+		}
+		target := *upstream
+		target.Path, target.RawQuery = r.URL.Path, r.URL.RawQuery
+		req, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, target.String(), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		req.Header = r.Header.Clone()
+		req.Header.Del("Connection")
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, "kinesalite: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		answer, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			http.Error(w, "kinesalite: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		w.Write(answer)
 	})
 }
 

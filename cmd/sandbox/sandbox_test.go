@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -302,5 +303,35 @@ func TestRefusesAddressesOffLoopback(t *testing.T) {
 		if err := run(t.Context(), args, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
 			t.Errorf("run %v: started; want it refused", args)
 		}
+	}
+}
+
+func TestKinesaliteOutlivesClientsThatGoAwayMidCall(t *testing.T) {
+	b := start(t, awstest.StartKinesalite(t))
+	b.post(t, "/streams", map[string]string{"name": "orders"}, nil)
+
+	// Clients cut off mid-request, as a relay SIGKILLed or a network path reset mid-call:
+	// half a body, or a whole one and gone before the answer.
+	body := `{"StreamName":"orders"}`
+	for i := range 20 {
+		conn, err := net.Dial("tcp", b.kinesis)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := body
+		if i%2 == 0 {
+			sent = body[:len(body)/2]
+		}
+		fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nX-Amz-Target: Kinesis_20131202.DescribeStream\r\n"+
+			"Content-Type: application/x-amz-json-1.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=AKID/x\r\n"+
+			"Content-Length: %d\r\n\r\n%s", b.kinesis, len(body), sent)
+		conn.Close()
+	}
+
+	// kinesalite still answers through the front.
+	c := kinesis.New(kinesis.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://" + b.kinesis),
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "secret", ""), Retryer: aws.NopRetryer{}})
+	if _, err := c.DescribeStream(t.Context(), &kinesis.DescribeStreamInput{StreamName: aws.String("orders")}); err != nil {
+		t.Fatalf("after clients went away mid-call, DescribeStream: %v", err)
 	}
 }
