@@ -284,3 +284,31 @@ func TestA200IsDeliveredOnlyWithOneEventID(t *testing.T) {
 		})
 	}
 }
+
+// TestRoleTrustingAnyRelayExternalIDIsRejectedAndNothingIsWritten: a trust policy of
+// StringLike sts:ExternalId "relay-*" ("any of my relay destinations") would let another
+// account's destination that names the role write into this bus. The probe, in the form
+// of an issued id, is let in: the destination is rejected and nothing reaches the bus.
+func TestRoleTrustingAnyRelayExternalIDIsRejectedAndNothingIsWritten(t *testing.T) {
+	e := newEnv(t, nil)
+	e.dest.ExternalID = destination.NewExternalID()
+	if err := e.sts.SetTrustPolicy(role, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow",
+		"Principal":{"AWS":"`+awstest.CallerARN+`"},"Action":"sts:AssumeRole",
+		"Condition":{"StringLike":{"sts:ExternalId":"relay-*"}}}]}`); err != nil {
+		t.Fatal(err)
+	}
+	err := e.send(t, sinktest.Message(e.dest, 1))
+	o := failures.Classify(err)
+	if o.Class != failures.Rejected || !strings.Contains(o.Message, "let the relay in with a wrong ExternalId") ||
+		!strings.Contains(o.Message, "not StringLike") {
+		t.Fatalf("Send = %+v, want rejected: the probe was let in, the trust policy must name the exact id", o)
+	}
+	if n := e.bus.Requests(); n != 0 {
+		t.Fatalf("%d writes reached the bus, want none", n)
+	}
+	for _, r := range e.sts.Requests() {
+		if r.ExternalID == e.dest.ExternalID {
+			t.Fatal("the role was assumed with the real ExternalId after the probe got in")
+		}
+	}
+}
