@@ -200,6 +200,7 @@ func unreadable(detail string, err error) error {
 // unreadableVerdict: not taken, since nothing says the bus refused it; the event may
 // have landed, and the retry is dropped by event_id.
 func unreadableVerdict(e *unreadableError) verdict {
-	return verdict{code: "unreadable", outcome: notTaken("the bus sent an unreadable answer, which does not say it wrote the event", e.detail,
+	return verdict{code: "unreadable", outcome: notTaken(
+		"the bus sent an unreadable answer, which does not say it wrote the event", e.detail,
 		"retrying with backoff; the event may have landed, and receivers drop a repeat by event_id")}
 }
