@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -339,5 +340,79 @@ func TestSessionNameFollowsSTSRules(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("SessionName(%q, %q) = %q, want %q", tt.name, tt.account, got, tt.want)
 		}
+	}
+}
+
+// issuedForm is the one form of an ExternalId the relay issues (dispatch, through
+// destination.NewExternalID).
+var issuedForm = regexp.MustCompile(`^relay-[0-9a-f]{32}$`)
+
+// TestProbeLooksExactlyLikeAnotherDestinationsSession: the probe's ExternalId is in the
+// issued form, fresh each time and never the destination's own; its session name is the
+// real session's. Nothing but the exact ExternalId tells it from a real one.
+func TestProbeLooksExactlyLikeAnotherDestinationsSession(t *testing.T) {
+	d := busDest()
+	d.ExternalID = destination.NewExternalID()
+	if !issuedForm.MatchString(d.ExternalID) {
+		t.Fatalf("destination.NewExternalID() = %q, not relay- and 32 lowercase hex", d.ExternalID)
+	}
+	sts := awstest.NewSTS(t)
+	sts.RequireExternalID(role, d.ExternalID)
+	a := newAssumer(t, sts.URL, nil)
+	for range 3 {
+		if err := a.Check(ctx(t), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := sts.Requests()
+	seen := map[string]bool{}
+	for i := 0; i < len(reqs); i += 2 {
+		probe, session := reqs[i], reqs[i+1]
+		if !issuedForm.MatchString(probe.ExternalID) {
+			t.Errorf("probe ExternalId %q is not in the issued form relay-<32 hex>", probe.ExternalID)
+		}
+		if probe.ExternalID == d.ExternalID || seen[probe.ExternalID] {
+			t.Errorf("probe ExternalId %q is the real one or repeats an earlier probe's", probe.ExternalID)
+		}
+		seen[probe.ExternalID] = true
+		if probe.RoleSessionName != session.RoleSessionName {
+			t.Errorf("probe session name %q, real session %q: a trust policy could tell them apart", probe.RoleSessionName, session.RoleSessionName)
+		}
+	}
+}
+
+// TestTrustPolicyThatCanTellTheProbeApartIsRefused: a customer's trust policy that
+// matches a pattern ("any of my relay destinations") instead of the exact ExternalId lets
+// every destination naming the role in, the confused deputy. The probe is let in, so
+// the role is rejected with the card's sentence and never assumed with the real id.
+func TestTrustPolicyThatCanTellTheProbeApartIsRefused(t *testing.T) {
+	trusting := func(condition string) string {
+		return `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"` + awstest.CallerARN +
+			`"},"Action":"sts:AssumeRole","Condition":` + condition + `}]}`
+	}
+	for name, policy := range map[string]string{
+		"StringLike relay-*":                     trusting(`{"StringLike":{"sts:ExternalId":"relay-*"}}`),
+		"StringLike *":                           trusting(`{"StringLike":{"sts:ExternalId":"*"}}`),
+		"StringLike relay- and 32 ?":             trusting(`{"StringLike":{"sts:ExternalId":"relay-` + strings.Repeat("?", 32) + `"}}`),
+		"StringLike a list of patterns":          trusting(`{"StringLike":{"sts:ExternalId":["relay-0*","relay-1*","relay-2*","relay-3*","relay-4*","relay-5*","relay-6*","relay-7*","relay-8*","relay-9*","relay-a*","relay-b*","relay-c*","relay-d*","relay-e*","relay-f*"]}}`),
+		"StringNotLike probe-*":                  trusting(`{"StringNotLike":{"sts:ExternalId":"probe-*"}}`),
+		"StringLike on the session name only":    trusting(`{"StringLike":{"sts:RoleSessionName":"mercamap-acct_*"}}`),
+		"StringNotLike on the session name only": trusting(`{"StringNotLike":{"sts:RoleSessionName":"*probe*"}}`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := busDest()
+			d.ExternalID = destination.NewExternalID()
+			sts := awstest.NewSTS(t)
+			if err := sts.SetTrustPolicy(role, policy); err != nil {
+				t.Fatal(err)
+			}
+			_, err := newAssumer(t, sts.URL, nil).Credentials(ctx(t), d)
+			wantClass(t, err, failures.Rejected, role, "let the relay in with a wrong ExternalId", "StringEquals", d.ExternalID, "not StringLike")
+			for _, r := range sts.Requests() {
+				if r.ExternalID == d.ExternalID {
+					t.Fatalf("the role was assumed with the real ExternalId after the probe got in: %+v", r)
+				}
+			}
+		})
 	}
 }

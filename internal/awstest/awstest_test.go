@@ -108,3 +108,86 @@ func TestPolicyAllows(t *testing.T) {
 		}
 	}
 }
+
+// trusting is a trust policy letting CallerARN in under one condition block.
+func trusting(condition string) string {
+	return `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"` + CallerARN +
+		`"},"Action":"sts:AssumeRole","Condition":` + condition + `}]}`
+}
+
+// TestSTSEvaluatesTrustConditionsAsAWSDoes: the operators a customer's trust policy may
+// use on sts:ExternalId and sts:RoleSessionName, evaluated through the real STS client.
+func TestSTSEvaluatesTrustConditionsAsAWSDoes(t *testing.T) {
+	const id = "relay-0123456789abcdef0123456789abcdef"
+	for _, tt := range []struct {
+		name, policy string
+		extID        *string
+		session      string
+		want         string // "" when granted
+	}{
+		{"StringEquals, exact", trusting(`{"StringEquals":{"sts:ExternalId":"` + id + `"}}`), aws.String(id), "", ""},
+		{"StringEquals, other", trusting(`{"StringEquals":{"sts:ExternalId":"` + id + `"}}`), aws.String("relay-0"), "", "AccessDenied"},
+		{"StringEquals, case matters", trusting(`{"StringEquals":{"sts:ExternalId":"RELAY-X"}}`), aws.String("relay-x"), "", "AccessDenied"},
+		{"StringEquals, missing", trusting(`{"StringEquals":{"sts:ExternalId":"` + id + `"}}`), nil, "", "AccessDenied"},
+		{"StringEquals, any of a list", trusting(`{"StringEquals":{"sts:ExternalId":["a1","` + id + `"]}}`), aws.String(id), "", ""},
+		{"StringEquals, none of a list", trusting(`{"StringEquals":{"sts:ExternalId":["a1","a2"]}}`), aws.String(id), "", "AccessDenied"},
+		{"key name in any case", trusting(`{"StringEquals":{"STS:externalid":"` + id + `"}}`), aws.String(id), "", ""},
+		{"StringLike relay-*", trusting(`{"StringLike":{"sts:ExternalId":"relay-*"}}`), aws.String(id), "", ""},
+		{"StringLike relay-* against probe-", trusting(`{"StringLike":{"sts:ExternalId":"relay-*"}}`), aws.String("probe-0123"), "", "AccessDenied"},
+		{"StringLike is case-sensitive", trusting(`{"StringLike":{"sts:ExternalId":"Relay-*"}}`), aws.String(id), "", "AccessDenied"},
+		{"StringLike *", trusting(`{"StringLike":{"sts:ExternalId":"*"}}`), aws.String("anything"), "", ""},
+		{"StringLike *, missing", trusting(`{"StringLike":{"sts:ExternalId":"*"}}`), nil, "", "AccessDenied"},
+		{"StringLike ? is one character", trusting(`{"StringLike":{"sts:ExternalId":"ab?d"}}`), aws.String("abcd"), "", ""},
+		{"StringLike ? is not two", trusting(`{"StringLike":{"sts:ExternalId":"ab?d"}}`), aws.String("abccd"), "", "AccessDenied"},
+		{"StringLike ? is not none", trusting(`{"StringLike":{"sts:ExternalId":"ab?d"}}`), aws.String("abd"), "", "AccessDenied"},
+		{"StringLike * in the middle", trusting(`{"StringLike":{"sts:ExternalId":"re*-*f"}}`), aws.String(id), "", ""},
+		{"StringLike any of a list", trusting(`{"StringLike":{"sts:ExternalId":["x*","relay-0*"]}}`), aws.String(id), "", ""},
+		{"StringNotLike holds when missing", trusting(`{"StringNotLike":{"sts:ExternalId":"probe-*"}}`), nil, "", ""},
+		{"StringNotLike refuses a match", trusting(`{"StringNotLike":{"sts:ExternalId":"probe-*"}}`), aws.String("probe-1"), "", "AccessDenied"},
+		{"StringEqualsIfExists holds when missing", trusting(`{"StringEqualsIfExists":{"sts:ExternalId":"` + id + `"}}`), nil, "", ""},
+		{"StringLike on the session name", trusting(`{"StringLike":{"sts:RoleSessionName":"mercamap-acct_*"}}`), nil, "mercamap-acct_9", ""},
+		{"StringLike on the session name, other", trusting(`{"StringLike":{"sts:RoleSessionName":"mercamap-acct_*"}}`), nil, "mercamap-probe-acct_9", "AccessDenied"},
+		{"every condition must hold", trusting(`{"StringEquals":{"sts:ExternalId":"` + id + `"},"StringLike":{"sts:RoleSessionName":"x*"}}`),
+			aws.String(id), "", "AccessDenied"},
+		{"an explicit Deny wins", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRole"},
+			{"Effect":"Deny","Principal":{"AWS":"*"},"Action":"sts:*","Condition":{"StringLike":{"sts:ExternalId":"relay-*"}}}]}`,
+			aws.String(id), "", "AccessDenied"},
+		{"our account's root", `{"Statement":{"Effect":"Allow","Principal":{"AWS":"arn:aws:iam::999999999999:root"},"Action":"sts:AssumeRole"}}`,
+			aws.String(id), "", ""},
+		{"another principal", `{"Statement":[{"Effect":"Allow","Principal":{"AWS":["arn:aws:iam::000000000000:root"]},"Action":"sts:AssumeRole"}]}`,
+			aws.String(id), "", "AccessDenied"},
+		{"another action", `{"Statement":[{"Effect":"Allow","Principal":"*","Action":"sts:AssumeRoleWithWebIdentity"}]}`,
+			aws.String(id), "", "AccessDenied"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSTS(t)
+			if err := s.SetTrustPolicy(role, tt.policy); err != nil {
+				t.Fatal(err)
+			}
+			in := sts.AssumeRoleInput{ExternalId: tt.extID, DurationSeconds: aws.Int32(900)}
+			if tt.session != "" {
+				in.RoleSessionName = aws.String(tt.session)
+			}
+			if _, code := assumeRole(t, s, in); code != tt.want {
+				t.Fatalf("AssumeRole answered %q, want %q", code, tt.want)
+			}
+		})
+	}
+}
+
+// TestSTSRefusesTrustPoliciesItCannotEvaluate: a test must not pass on a condition the
+// test STS silently ignores.
+func TestSTSRefusesTrustPoliciesItCannotEvaluate(t *testing.T) {
+	for _, policy := range []string{
+		`not json`,
+		trusting(`{"ArnLike":{"aws:PrincipalArn":"*"}}`),
+		trusting(`{"StringEquals":{"aws:SourceAccount":"1"}}`),
+		`{"Statement":[{"Effect":"Allow","NotPrincipal":{"AWS":"x"},"Action":"sts:AssumeRole"}]}`,
+		`{"Statement":[{"Effect":"Allow","Principal":{"AWS":"*"},"NotAction":"sts:TagSession"}]}`,
+		`{"Statement":[{"Effect":"Maybe","Principal":"*","Action":"sts:AssumeRole"}]}`,
+	} {
+		if err := NewSTSHandler().SetTrustPolicy(role, policy); err == nil {
+			t.Errorf("SetTrustPolicy(%s) took it", policy)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package awstest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -33,7 +34,8 @@ type Entry struct {
 
 type ebFailure struct {
 	f     Failure
-	entry bool // a 200 with FailedEntryCount 1, rather than a request error
+	entry bool    // a 200 with FailedEntryCount 1, rather than a request error
+	body  *string // a 200 with exactly this body
 }
 
 // NewEventBridge starts the server on 127.0.0.1, closed when the test ends.
@@ -66,6 +68,13 @@ func (e *EventBridge) FailNext(n int, f Failure) { e.fail.push(n, ebFailure{f: f
 // entry's ErrorCode and ErrorMessage.
 func (e *EventBridge) FailEntries(n int, code, message string) {
 	e.fail.push(n, ebFailure{f: Failure{Code: code, Message: message}, entry: true})
+}
+
+// AnswerNext answers the next n PutEvents calls with 200 and exactly body (which may be
+// empty, not JSON, or JSON of any shape), without taking anything: what a sink must make
+// of a 200 that is not one EventId for its one entry.
+func (e *EventBridge) AnswerNext(n int, body string) {
+	e.fail.push(n, ebFailure{body: &body})
 }
 
 // Entries returns the entries taken so far, in order.
@@ -107,7 +116,12 @@ func (e *EventBridge) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if f, ok := e.fail.pop(); ok {
-		if !f.entry {
+		switch {
+		case f.body != nil:
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			io.WriteString(w, *f.body)
+			return
+		case !f.entry:
 			writeJSONError(w, f.f)
 			return
 		}

@@ -17,21 +17,17 @@ import (
 )
 
 // STS answers AssumeRole over the Query wire format, enforcing each registered role's
-// trust policy the way real STS does: one AccessDenied for no trust, a wrong ExternalId
-// and a missing one. Unregistered roles trust nobody.
+// trust policy the way real STS does (StringEquals and StringLike, negated or IfExists,
+// on sts:ExternalId and sts:RoleSessionName): one AccessDenied for no trust, a wrong
+// ExternalId and a missing one. Every caller is CallerARN. Unregistered roles trust nobody.
 type STS struct {
 	URL string
 
 	mu       sync.Mutex
-	roles    map[string]trust
+	roles    map[string]trustPolicy
 	requests []AssumeRoleRequest
 	issued   map[string]AssumeRoleRequest // session access key id → the request that got it
 	fail     queue[Failure]
-}
-
-type trust struct {
-	anyone     bool   // the role does not check sts:ExternalId
-	externalID string // required ExternalId; "" with anyone false trusts nobody
 }
 
 // AssumeRoleRequest is one AssumeRole call as STS received it.
@@ -55,28 +51,50 @@ func NewSTS(t testing.TB) *STS {
 
 // NewSTSHandler returns an STS to serve on a listener of the caller's (the sandbox).
 func NewSTSHandler() *STS {
-	return &STS{roles: map[string]trust{}, issued: map[string]AssumeRoleRequest{}}
+	return &STS{roles: map[string]trustPolicy{}, issued: map[string]AssumeRoleRequest{}}
 }
 
 // ServeHTTP answers one STS Query request.
 func (s *STS) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }
 
-// RequireExternalID registers a role whose trust policy requires exactly externalID.
+// RequireExternalID registers a role whose trust policy lets CallerARN in with exactly
+// externalID (StringEquals sts:ExternalId), as the card's trust policy does.
 func (s *STS) RequireExternalID(roleARN, externalID string) {
-	s.setRole(roleARN, trust{externalID: externalID})
+	cond, _ := json.Marshal(map[string]any{"StringEquals": map[string]string{"sts:ExternalId": externalID}})
+	s.mustSet(roleARN, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"`+CallerARN+
+		`"},"Action":"sts:AssumeRole","Condition":`+string(cond)+`}]}`)
 }
 
-// AllowAny registers a role that lets our principal in with any ExternalId, or none:
+// AllowAny registers a role that lets CallerARN in with any ExternalId, or none:
 // the misconfiguration the probe exists to catch.
-func (s *STS) AllowAny(roleARN string) { s.setRole(roleARN, trust{anyone: true}) }
+func (s *STS) AllowAny(roleARN string) {
+	s.mustSet(roleARN, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"`+CallerARN+
+		`"},"Action":"sts:AssumeRole"}]}`)
+}
 
 // TrustNobody registers a role whose trust policy does not name our principal.
-func (s *STS) TrustNobody(roleARN string) { s.setRole(roleARN, trust{}) }
+func (s *STS) TrustNobody(roleARN string) {
+	s.mustSet(roleARN, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"arn:aws:iam::000000000000:root"},"Action":"sts:AssumeRole"}]}`)
+}
 
-func (s *STS) setRole(roleARN string, tr trust) {
+// SetTrustPolicy registers a role with a trust policy document as a customer would write
+// it. It refuses a policy it cannot evaluate as AWS would (NotPrincipal, NotAction, other
+// condition operators or keys) instead of guessing.
+func (s *STS) SetTrustPolicy(roleARN, policy string) error {
+	p, err := parseTrustPolicy(policy)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.roles[roleARN] = tr
+	s.roles[roleARN] = p
+	return nil
+}
+
+func (s *STS) mustSet(roleARN, policy string) {
+	if err := s.SetTrustPolicy(roleARN, policy); err != nil {
+		panic("awstest: a built-in trust policy does not parse: " + err.Error())
+	}
 }
 
 // FailNext answers the next n calls with f instead of looking at them. A zero Failure
@@ -149,10 +167,14 @@ func (s *STS) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	tr := s.roles[req.RoleARN]
 	s.mu.Unlock()
-	if !tr.anyone && (tr.externalID == "" || tr.externalID != req.ExternalID) {
+	conditionContext := map[string]string{"sts:rolesessionname": req.RoleSessionName}
+	if hasExternalID {
+		conditionContext["sts:externalid"] = req.ExternalID
+	}
+	if !tr.allows(conditionContext) {
 		s.record(req)
 		writeQueryError(w, Failure{403, "AccessDenied",
-			"User: arn:aws:iam::999999999999:role/relay-delivery is not authorized to perform: sts:AssumeRole on resource: " + req.RoleARN})
+			"User: " + CallerARN + " is not authorized to perform: sts:AssumeRole on resource: " + req.RoleARN})
 		return
 	}
 

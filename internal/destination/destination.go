@@ -5,6 +5,7 @@
 package destination
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -46,6 +47,15 @@ type Destination struct {
 	// ExternalID is issued by the relay at first sight and kept in Redis; dispatch fills
 	// it in before each write. The config never sets it.
 	ExternalID string
+}
+
+// NewExternalID returns a fresh ExternalId in the one form the relay issues: "relay-"
+// and 32 lowercase hex digits, 128 bits from crypto/rand. The probe's wrong ExternalId
+// comes from here too, so no pattern in a trust policy can tell it from an issued one.
+func NewExternalID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (it crashes the program instead)
+	return "relay-" + hex.EncodeToString(b)
 }
 
 // Wants reports whether an event of the given short type goes to d.

@@ -130,7 +130,7 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 
 	retention := d.opts.Delivery.ChannelRetention
 	for _, dest := range dests {
-		res, err := d.opts.Store.Ensure(ctx, ref(dest), "relay-"+randomHex(16), dest.Fingerprint(), retention)
+		res, err := d.opts.Store.Ensure(ctx, ref(dest), destination.NewExternalID(), dest.Fingerprint(), retention)
 		if err != nil {
 			return fmt.Errorf("destination %s: %w", dest.ID, err)
 		}

@@ -116,8 +116,8 @@ func (r rule) outcome(detail string) Outcome {
 	return notTaken(r.words, detail, r.fix)
 }
 
-// entryError is one failed EventBridge entry: PutEvents answered 200 with
-// FailedEntryCount 1, so there is no smithy error, only the entry's code and message.
+// entryError is one failed EventBridge entry: PutEvents answered 200 with the entry's
+// ErrorCode, so there is no smithy error, only the entry's code and message.
 type entryError struct {
 	code    string
 	message string
@@ -127,10 +127,14 @@ func (e *entryError) Error() string {
 	return "eventbridge entry error " + codeDetail(e.code, e.message)
 }
 
-// EntryError is the error for a failed PutEvents entry (a 200 with FailedEntryCount 1):
-// ThrottlingException and InternalFailure are not taken; any other code rejects the
-// event, as the contract says of per-entry errors. Code reports the entry's code.
+// EntryError is the error for a PutEvents entry that carries an ErrorCode (whatever
+// FailedEntryCount says): ThrottlingException and InternalFailure are not taken; any
+// other code rejects the event, as the contract says of per-entry errors. An entry with
+// no code is an unreadable answer: not taken. Code reports the entry's code.
 func EntryError(code, message string) error {
+	if code == "" {
+		return unreadable("an entry with neither an EventId nor an ErrorCode", nil)
+	}
 	e := &entryError{code: code, message: message}
 	o := entryVerdict(e).outcome
 	return &Error{Class: o.Class, Message: o.Message, Err: e}
@@ -147,4 +151,56 @@ func entryVerdict(e *entryError) verdict {
 		return verdict{code: e.code, outcome: r.outcome(detail)}
 	}
 	return verdict{code: e.code, outcome: rejected("the bus refused the event and did not write it", detail, "")}
+}
+
+// PutEventsEntry is one entry of a PutEvents answer, as the sink read it.
+type PutEventsEntry struct {
+	EventID, ErrorCode, ErrorMessage string
+}
+
+// PutEventsAnswer classifies the 200 answer to a PutEvents of one entry. A 200 is not a
+// delivery by itself: nil (delivered) only for exactly one entry with an EventId, no
+// ErrorCode and FailedEntryCount 0. An entry with an ErrorCode is classified by it
+// (EntryError); anything else is an unreadable answer, not taken.
+func PutEventsAnswer(failedEntryCount int32, entries []PutEventsEntry) error {
+	switch {
+	case len(entries) == 0:
+		return unreadable("no entry for the one event sent", nil)
+	case len(entries) > 1:
+		return unreadable(strconv.Itoa(len(entries))+" entries for the one event sent", nil)
+	}
+	e := entries[0]
+	switch {
+	case e.ErrorCode != "":
+		return EntryError(e.ErrorCode, e.ErrorMessage)
+	case e.EventID == "":
+		return unreadable("an entry with neither an EventId nor an ErrorCode", nil)
+	case failedEntryCount != 0:
+		return unreadable("FailedEntryCount "+strconv.Itoa(int(failedEntryCount))+" beside an entry with an EventId", nil)
+	}
+	return nil
+}
+
+// unreadableError is a success status whose answer does not say the event was written:
+// an empty or malformed body, or a body of the wrong shape.
+type unreadableError struct {
+	detail string
+	err    error // the SDK's deserialization error, when there was one
+}
+
+func (e *unreadableError) Error() string { return "unreadable answer: " + e.detail }
+func (e *unreadableError) Unwrap() error { return e.err }
+
+func unreadable(detail string, err error) error {
+	u := &unreadableError{detail: detail, err: err}
+	o := unreadableVerdict(u).outcome
+	return &Error{Class: o.Class, Message: o.Message, Err: u}
+}
+
+// unreadableVerdict: not taken, since nothing says the bus refused it; the event may
+// have landed, and the retry is dropped by event_id.
+func unreadableVerdict(e *unreadableError) verdict {
+	return verdict{code: "unreadable", outcome: notTaken(
+		"the bus sent an unreadable answer, which does not say it wrote the event", e.detail,
+		"retrying with backoff; the event may have landed, and receivers drop a repeat by event_id")}
 }

@@ -67,8 +67,9 @@ func Classify(err error) Outcome {
 
 // Code is the typed code behind err, for logs and metric labels: an AWS error code
 // ("ThrottlingException"), an EventBridge entry code, a gRPC code ("UNAVAILABLE"), an
-// HTTP status ("HTTP 503"), or "timeout", "canceled", "network". It is "" for nil and
-// for errors that carry no typed code. Like Classify, it never reads error text.
+// HTTP status ("HTTP 503"), or "timeout", "canceled", "network", "unreadable". It is ""
+// for nil and for errors that carry no typed code. Like Classify, it never reads error
+// text.
 func Code(err error) string {
 	if err == nil {
 		return ""
@@ -89,14 +90,24 @@ type verdict struct {
 }
 
 // inspect walks err's chain for the most specific typed signal, in this order:
-// an EventBridge entry code, an AWS API error code (with the HTTP status as the
-// fallback for codes we do not list), a gRPC status, a bare HTTP status, then
-// cancellation, timeouts and network errors. Anything else is not recognised and
-// not taken: retried until the message's age limit, never counted.
+// an EventBridge entry code, an unreadable success answer, an AWS API error code (with
+// the HTTP status as the fallback for codes we do not list), a gRPC status, a bare HTTP
+// status, then cancellation, timeouts and network errors. Anything else is not
+// recognised and not taken: retried until the message's age limit, never counted.
 func inspect(err error) verdict {
 	var ee *entryError
 	if errors.As(err, &ee) {
 		return entryVerdict(ee)
+	}
+	var ue *unreadableError
+	if errors.As(err, &ue) {
+		return unreadableVerdict(ue)
+	}
+	// A success status whose body the SDK could not read: an error status with an
+	// unreadable body is left to the status below.
+	var de *smithy.DeserializationError
+	if status := httpStatus(err); errors.As(err, &de) && (status == 0 || status/100 == 2) {
+		return unreadableVerdict(&unreadableError{detail: de.Error(), err: de})
 	}
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {

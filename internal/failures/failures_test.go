@@ -452,9 +452,42 @@ func TestEntryError(t *testing.T) {
 		// Per-entry errors other than throttling and internal failure reject, even codes
 		// that are transient as a whole-request error.
 		{"limit exceeded entry", EntryError("LimitExceededException", "limit"), Rejected, "LimitExceededException", nil},
-		{"no code", EntryError("", ""), Rejected, "", []string{"no error code"}},
+		{"no code", EntryError("", ""), NotTaken, "unreadable", []string{"unreadable answer", "neither an EventId nor an ErrorCode"}},
 		{"wrapped", fmt.Errorf("eventbridge sink: %w", EntryError("MalformedDetail", "bad")), Rejected, "MalformedDetail", nil},
 		{"wrapped throttling", fmt.Errorf("eventbridge sink: %w", EntryError("ThrottlingException", "")), NotTaken, "ThrottlingException", nil},
+	})
+}
+
+// TestPutEventsAnswer: a 200 is delivered only with exactly one entry carrying an
+// EventId; an entry's ErrorCode is classified by it; anything else is not taken.
+func TestPutEventsAnswer(t *testing.T) {
+	ok := PutEventsEntry{EventID: "e1"}
+	if err := PutEventsAnswer(0, []PutEventsEntry{ok}); err != nil {
+		t.Fatalf("one entry with an EventId: %v, want delivered", err)
+	}
+	run(t, []testCase{
+		{"no entries", PutEventsAnswer(0, nil), NotTaken, "unreadable", []string{"unreadable answer", "no entry", "may have landed"}},
+		{"two entries", PutEventsAnswer(0, []PutEventsEntry{ok, ok}), NotTaken, "unreadable", []string{"2 entries"}},
+		{"neither", PutEventsAnswer(0, []PutEventsEntry{{}}), NotTaken, "unreadable", []string{"neither an EventId nor an ErrorCode"}},
+		{"neither, counted failed", PutEventsAnswer(1, []PutEventsEntry{{ErrorMessage: "x"}}), NotTaken, "unreadable", nil},
+		{"EventId but counted failed", PutEventsAnswer(1, []PutEventsEntry{ok}), NotTaken, "unreadable", []string{"FailedEntryCount 1"}},
+		{"code with count 0", PutEventsAnswer(0, []PutEventsEntry{{ErrorCode: "MalformedDetail", ErrorMessage: "bad"}}), Rejected,
+			"MalformedDetail", []string{"MalformedDetail: bad"}},
+		{"code beside an EventId", PutEventsAnswer(0, []PutEventsEntry{{EventID: "e1", ErrorCode: "ThrottlingException"}}), NotTaken,
+			"ThrottlingException", nil},
+		{"internal failure", PutEventsAnswer(1, []PutEventsEntry{{ErrorCode: "InternalFailure"}}), NotTaken, "InternalFailure", nil},
+	})
+}
+
+// TestUnreadableBody: a body the SDK could not read is an unreadable answer after a 2xx;
+// after an error status, the status decides.
+func TestUnreadableBody(t *testing.T) {
+	de := &smithy.DeserializationError{Err: errors.New("unexpected end of JSON input")}
+	run(t, []testCase{
+		{"200", sdkError("EventBridge", "PutEvents", 200, de), NotTaken, "unreadable", []string{"unreadable answer", "unexpected end of JSON input"}},
+		{"no status", de, NotTaken, "unreadable", nil},
+		{"403", sdkError("EventBridge", "PutEvents", 403, de), Rejected, "HTTP 403", nil},
+		{"503", sdkError("EventBridge", "PutEvents", 503, de), NotTaken, "HTTP 503", nil},
 	})
 }
 

@@ -97,15 +97,13 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 	if err != nil {
 		return fmt.Errorf("eventbridge PutEvents to %s: %w", d.BusARN, err)
 	}
-	// A 200 can still be a failure: the entry carries its own code.
-	if out.FailedEntryCount > 0 {
-		code, msg := "", ""
-		if len(out.Entries) > 0 {
-			code, msg = aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage)
-		}
-		return failures.EntryError(code, msg)
+	// A 200 is not a delivery by itself: only one entry with an EventId is.
+	entries := make([]failures.PutEventsEntry, len(out.Entries))
+	for i, x := range out.Entries {
+		entries[i] = failures.PutEventsEntry{EventID: aws.ToString(x.EventId),
+			ErrorCode: aws.ToString(x.ErrorCode), ErrorMessage: aws.ToString(x.ErrorMessage)}
 	}
-	return nil
+	return failures.PutEventsAnswer(out.FailedEntryCount, entries)
 }
 
 // Check runs the probe and a new session now, for "send a test": the whole path,

@@ -83,6 +83,7 @@ func TestConformance(t *testing.T) {
 		entry := func(code string) func(*testing.T) {
 			return func(*testing.T) { e.bus.FailEntries(1, code, "injected "+code) }
 		}
+		answer := func(body string) func(*testing.T) { return func(*testing.T) { e.bus.AnswerNext(1, body) } }
 		return sinktest.Backend{
 			Sink: e.sink,
 			Dest: e.dest,
@@ -109,6 +110,12 @@ func TestConformance(t *testing.T) {
 				"entry NotAuthorizedForSource":   {Inject: entry("NotAuthorizedForSourceException"), Want: failures.Rejected},
 				"entry InvalidArgument":          {Inject: entry("InvalidArgument"), Want: failures.Rejected},
 				"entry KMSAccessDeniedException": {Inject: entry("KMSAccessDeniedException"), Want: failures.Rejected},
+				"200 ErrorCode, FailedEntryCount 0": {Inject: answer(`{"FailedEntryCount":0,"Entries":[{"ErrorCode":"MalformedDetail"}]}`),
+					Want: failures.Rejected},
+				"200 no entries":  {Inject: answer(`{"FailedEntryCount":0,"Entries":[]}`), Want: failures.NotTaken},
+				"200 empty body":  {Inject: answer(``), Want: failures.NotTaken},
+				"200 not JSON":    {Inject: answer(`<html>`), Want: failures.NotTaken},
+				"200 two entries": {Inject: answer(`{"FailedEntryCount":0,"Entries":[{"EventId":"a"},{"EventId":"b"}]}`), Want: failures.NotTaken},
 			},
 		}
 	})
@@ -222,5 +229,86 @@ func TestSessionIsReusedAcrossWritesAndRenewedBeforeExpiry(t *testing.T) {
 	}
 	if entries[2].AccessKeyID != reqs[1].AccessKeyID || entries[3].AccessKeyID != reqs[3].AccessKeyID {
 		t.Fatalf("writes signed with %s then %s, want the first session then the renewed one", entries[2].AccessKeyID, entries[3].AccessKeyID)
+	}
+}
+
+// TestA200IsDeliveredOnlyWithOneEventID: PutEvents answering 200 says nothing by itself.
+// The write is delivered only when the answer holds exactly one entry with an EventId;
+// an entry's ErrorCode is classified by that code, whatever FailedEntryCount says; any
+// other answer is unreadable and not taken (the event may have landed: receivers drop a
+// repeat by event_id).
+func TestA200IsDeliveredOnlyWithOneEventID(t *testing.T) {
+	unreadable := []string{"did not take the event", "unreadable answer"}
+	for _, tt := range []struct {
+		name    string
+		body    string
+		want    failures.Class
+		phrases []string
+	}{
+		{"one EventId", `{"FailedEntryCount":0,"Entries":[{"EventId":"11710aed-b79e-4468-a20b-bb3c0c3b4860"}]}`, failures.Delivered, nil},
+		{"ErrorCode with FailedEntryCount 0, throttling", `{"FailedEntryCount":0,"Entries":[{"ErrorCode":"ThrottlingException","ErrorMessage":"Rate exceeded"}]}`,
+			failures.NotTaken, []string{"did not take the event", "ThrottlingException: Rate exceeded"}},
+		{"ErrorCode with FailedEntryCount 0, internal failure", `{"FailedEntryCount":0,"Entries":[{"ErrorCode":"InternalFailure","ErrorMessage":"oops"}]}`,
+			failures.NotTaken, []string{"did not take the event", "InternalFailure: oops"}},
+		{"ErrorCode with FailedEntryCount 0, malformed", `{"FailedEntryCount":0,"Entries":[{"ErrorCode":"MalformedDetail","ErrorMessage":"Detail is malformed."}]}`,
+			failures.Rejected, []string{"the bus refused the event", "MalformedDetail: Detail is malformed."}},
+		{"ErrorCode beside an EventId", `{"FailedEntryCount":0,"Entries":[{"EventId":"e1","ErrorCode":"AccessDeniedException","ErrorMessage":"not authorized"}]}`,
+			failures.Rejected, []string{"AccessDeniedException: not authorized", "permissions policy"}},
+		{"no entries", `{"FailedEntryCount":0,"Entries":[]}`, failures.NotTaken, append(unreadable, "no entry")},
+		{"entries left out", `{"FailedEntryCount":0}`, failures.NotTaken, append(unreadable, "no entry")},
+		{"two entries for one", `{"FailedEntryCount":0,"Entries":[{"EventId":"e1"},{"EventId":"e2"}]}`, failures.NotTaken, append(unreadable, "2 entries")},
+		{"an entry with neither", `{"FailedEntryCount":0,"Entries":[{}]}`, failures.NotTaken, append(unreadable, "neither an EventId nor an ErrorCode")},
+		{"an empty EventId", `{"FailedEntryCount":0,"Entries":[{"EventId":""}]}`, failures.NotTaken, append(unreadable, "neither an EventId nor an ErrorCode")},
+		{"FailedEntryCount 1 beside an EventId", `{"FailedEntryCount":1,"Entries":[{"EventId":"e1"}]}`, failures.NotTaken, append(unreadable, "FailedEntryCount 1")},
+		{"empty object", `{}`, failures.NotTaken, append(unreadable, "no entry")},
+		{"empty body", ``, failures.NotTaken, append(unreadable, "no entry")},
+		{"not JSON", `<html>502 Bad Gateway</html>`, failures.NotTaken, unreadable},
+		{"cut short", `{"FailedEntryCount":0,"Entries":[{"EventId":"e1"`, failures.NotTaken, unreadable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.bus.AnswerNext(1, tt.body)
+			err := e.send(t, sinktest.Message(e.dest, 1))
+			o := failures.Classify(err)
+			if o.Class != tt.want {
+				t.Fatalf("a 200 with %q: Send = %v classified %q (%q), want %q", tt.body, err, o.Class, o.Message, tt.want)
+			}
+			for _, p := range tt.phrases {
+				if !strings.Contains(o.Message, p) {
+					t.Errorf("sentence %q does not say %q", o.Message, p)
+				}
+			}
+			if n := e.bus.Requests(); n != 1 {
+				t.Fatalf("%d PutEvents calls, want exactly 1 (the sink never retries)", n)
+			}
+		})
+	}
+}
+
+// TestRoleTrustingAnyRelayExternalIDIsRejectedAndNothingIsWritten: a trust policy of
+// StringLike sts:ExternalId "relay-*" ("any of my relay destinations") would let another
+// account's destination that names the role write into this bus. The probe, in the form
+// of an issued id, is let in: the destination is rejected and nothing reaches the bus.
+func TestRoleTrustingAnyRelayExternalIDIsRejectedAndNothingIsWritten(t *testing.T) {
+	e := newEnv(t, nil)
+	e.dest.ExternalID = destination.NewExternalID()
+	if err := e.sts.SetTrustPolicy(role, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow",
+		"Principal":{"AWS":"`+awstest.CallerARN+`"},"Action":"sts:AssumeRole",
+		"Condition":{"StringLike":{"sts:ExternalId":"relay-*"}}}]}`); err != nil {
+		t.Fatal(err)
+	}
+	err := e.send(t, sinktest.Message(e.dest, 1))
+	o := failures.Classify(err)
+	if o.Class != failures.Rejected || !strings.Contains(o.Message, "let the relay in with a wrong ExternalId") ||
+		!strings.Contains(o.Message, "not StringLike") {
+		t.Fatalf("Send = %+v, want rejected: the probe was let in, the trust policy must name the exact id", o)
+	}
+	if n := e.bus.Requests(); n != 0 {
+		t.Fatalf("%d writes reached the bus, want none", n)
+	}
+	for _, r := range e.sts.Requests() {
+		if r.ExternalID == e.dest.ExternalID {
+			t.Fatal("the role was assumed with the real ExternalId after the probe got in")
+		}
 	}
 }
