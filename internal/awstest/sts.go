@@ -30,8 +30,9 @@ type STS struct {
 }
 
 type trust struct {
-	anyone     bool   // the role does not check sts:ExternalId
-	externalID string // required ExternalId; "" with anyone false trusts nobody
+	anyone     bool          // the role does not check sts:ExternalId
+	externalID string        // required ExternalId; "" with anyone false trusts nobody
+	lookup     func() string // when set, gives the required ExternalId at each call
 }
 
 // AssumeRoleRequest is one AssumeRole call as STS received it.
@@ -64,6 +65,13 @@ func (s *STS) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) 
 // RequireExternalID registers a role whose trust policy requires exactly externalID.
 func (s *STS) RequireExternalID(roleARN, externalID string) {
 	s.setRole(roleARN, trust{externalID: externalID})
+}
+
+// RequireExternalIDOf registers a role whose trust policy requires the ExternalId
+// lookup returns at each call: for a destination the relay issues its id while the test
+// runs (lookup reads it from Redis), so its first session is already trusted.
+func (s *STS) RequireExternalIDOf(roleARN string, lookup func() string) {
+	s.setRole(roleARN, trust{lookup: lookup})
 }
 
 // AllowAny registers a role that lets our principal in with any ExternalId, or none:
@@ -149,6 +157,9 @@ func (s *STS) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	tr := s.roles[req.RoleARN]
 	s.mu.Unlock()
+	if tr.lookup != nil {
+		tr.externalID = tr.lookup()
+	}
 	if !tr.anyone && (tr.externalID == "" || tr.externalID != req.ExternalID) {
 		s.record(req)
 		writeQueryError(w, Failure{403, "AccessDenied",
