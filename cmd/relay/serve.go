@@ -38,8 +38,8 @@ consumes the job-events queue, stores each verified event in Redis before acking
 delivers to the destinations it holds leases for, and serves the operator API on
 api.listen. SIGHUP re-reads the config: accounts (routing), destinations and API tokens
 change at once (a file with problems is refused whole, each problem logged, and the
-running config kept). It runs until SIGINT or
-SIGTERM, when it finishes the messages and writes in hand, ends API streams and exits.
+running config kept). It runs until SIGINT or SIGTERM, when it finishes the messages
+and writes in hand, ends API streams and exits.
 
 /healthz, /readyz and /metrics answer without a token: bind api.listen to a private
 interface.`,
