@@ -23,7 +23,7 @@ serve refuses to start on the same problems.`,
 			var problems config.Problems
 			if errors.As(err, &problems) {
 				for _, p := range problems {
-					fmt.Fprintf(e.stdout, "%s: %s\n", p.Path, p.Message)
+					fmt.Fprintln(e.stdout, p.String()) // as serve and a refused reload log them
 				}
 				return fmt.Errorf("%s: %d problem(s)", path, len(problems))
 			} else if err != nil {

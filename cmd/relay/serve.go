@@ -36,9 +36,10 @@ func serveCmd(e env) *cobra.Command {
 		Long: `serve loads the config (refusing to start on any problem check-config reports),
 consumes the job-events queue, stores each verified event in Redis before acking it,
 delivers to the destinations it holds leases for, and serves the operator API on
-api.listen. SIGHUP re-reads the config: destinations and API tokens change at once (a
-file with problems is refused and the running config kept). It runs until SIGINT or
-SIGTERM, when it finishes the messages and writes in hand, ends API streams and exits.
+api.listen. SIGHUP re-reads the config: accounts (routing), destinations and API tokens
+change at once (a file with problems is refused whole, each problem logged, and the
+running config kept). It runs until SIGINT or SIGTERM, when it finishes the messages
+and writes in hand, ends API streams and exits.
 
 /healthz, /readyz and /metrics answer without a token: bind api.listen to a private
 interface.`,
@@ -138,7 +139,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
 		"api", ln.Addr().String())
-	rl := &reloader{path: path, getenv: e.getenv, log: log, disp: disp, api: apiSrv, current: cfg}
+	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, api: apiSrv, current: cfg}
 	var wg sync.WaitGroup
 	var ingestErr error
 	wg.Add(5)
@@ -185,15 +186,25 @@ type reloader struct {
 	path    string
 	getenv  func(string) string
 	log     *slog.Logger
+	ingest  *ingest.Consumer
 	disp    *dispatch.Dispatcher
 	api     *api.Server
 	current *config.Config
 }
 
 // reload re-reads the file. A file with problems is refused whole and the running config
-// kept; otherwise the dispatcher takes the destinations (work in flight finishes; a
-// removed or redefined destination's worker stops at its next step) and the API the
-// tokens, accounts and identity. Nothing secret is logged: problems never hold values.
+// kept. Otherwise the new config is applied to delivery, ingest routing and the API, in
+// that order, before "config reloaded" is logged:
+//   - the dispatcher takes the destinations (a new one's cursor is put at the end of its
+//     account's log; work in flight finishes; a removed or redefined destination's worker
+//     stops at its next step) and the accounts' store id paths;
+//   - ingest routes by the new accounts from its next batch (SetRouter waits for the batch
+//     in hand), so every event it takes after the line goes to the accounts configured
+//     then, and lands after the new destinations' cursors;
+//   - the API takes the tokens, accounts and identity.
+//
+// A removed account's log and destination state stay in Redis; its events are unrouted
+// from then on. Nothing secret is logged: problems never hold values.
 func (r *reloader) reload(ctx context.Context) {
 	next, err := config.Load(r.path, r.getenv)
 	if err != nil {
@@ -211,6 +222,8 @@ func (r *reloader) reload(ctx context.Context) {
 		r.log.Error("config reload refused: destination state not written; the running config stays", "error", err)
 		return
 	}
+	r.disp.SetAccounts(next.Accounts)
+	r.ingest.SetRouter(next)
 	r.api.Reload(next)
 	for _, setting := range restartOnly(r.current, next) {
 		r.log.Warn("config change takes effect at the next restart", "setting", setting)
@@ -221,8 +234,8 @@ func (r *reloader) reload(ctx context.Context) {
 }
 
 // restartOnly names the settings that differ between two configs and that the running
-// process cannot change: connections, verification, routing of events to accounts,
-// delivery timings and our identity in the sinks.
+// process cannot change: connections, verification, delivery timings and our identity
+// in the sinks.
 func restartOnly(old, next *config.Config) []string {
 	var out []string
 	check := func(name string, a, b any) {
@@ -238,7 +251,6 @@ func restartOnly(old, next *config.Config) []string {
 	check("aws", old.AWS, next.AWS)
 	check("gcp", old.GCP, next.GCP)
 	check("delivery", old.Delivery, next.Delivery)
-	check("accounts", old.Accounts, next.Accounts)
 	check("identity (the sinks'; cards show the new one now)", old.Identity, next.Identity)
 	return out
 }

@@ -60,9 +60,23 @@ func (s *STS) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) 
 // RequireExternalID registers a role whose trust policy lets CallerARN in with exactly
 // externalID (StringEquals sts:ExternalId), as the card's trust policy does.
 func (s *STS) RequireExternalID(roleARN, externalID string) {
+	s.mustSet(roleARN, externalIDPolicy(externalID))
+}
+
+// RequireExternalIDOf registers a role whose trust policy requires, at each call, the
+// ExternalId lookup returns: for a destination the relay issues its id while the test
+// runs (lookup reads it from Redis), so its first session is already trusted.
+func (s *STS) RequireExternalIDOf(roleARN string, lookup func() string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roles[roleARN] = trustPolicy{lookup: lookup}
+}
+
+// externalIDPolicy is the card's trust policy: CallerARN, with exactly externalID.
+func externalIDPolicy(externalID string) string {
 	cond, _ := json.Marshal(map[string]any{"StringEquals": map[string]string{"sts:ExternalId": externalID}})
-	s.mustSet(roleARN, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"`+CallerARN+
-		`"},"Action":"sts:AssumeRole","Condition":`+string(cond)+`}]}`)
+	return `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"` + CallerARN +
+		`"},"Action":"sts:AssumeRole","Condition":` + string(cond) + `}]}`
 }
 
 // AllowAny registers a role that lets CallerARN in with any ExternalId, or none:
@@ -92,9 +106,19 @@ func (s *STS) SetTrustPolicy(roleARN, policy string) error {
 }
 
 func (s *STS) mustSet(roleARN, policy string) {
-	if err := s.SetTrustPolicy(roleARN, policy); err != nil {
+	p := mustParse(policy)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roles[roleARN] = p
+}
+
+// mustParse parses one of the built-in trust policies above.
+func mustParse(policy string) trustPolicy {
+	p, err := parseTrustPolicy(policy)
+	if err != nil {
 		panic("awstest: a built-in trust policy does not parse: " + err.Error())
 	}
+	return p
 }
 
 // FailNext answers the next n calls with f instead of looking at them. A zero Failure
@@ -167,6 +191,9 @@ func (s *STS) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	tr := s.roles[req.RoleARN]
 	s.mu.Unlock()
+	if tr.lookup != nil {
+		tr = mustParse(externalIDPolicy(tr.lookup()))
+	}
 	conditionContext := map[string]string{"sts:rolesessionname": req.RoleSessionName}
 	if hasExternalID {
 		conditionContext["sts:externalid"] = req.ExternalID

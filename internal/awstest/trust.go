@@ -17,6 +17,7 @@ const callerAccount = "999999999999"
 // does for sts:AssumeRole: allowed when some Allow statement matches and no Deny does.
 type trustPolicy struct {
 	statements []statement
+	lookup     func() string // when set, the policy is externalIDPolicy(lookup()) at each call
 }
 
 type statement struct {

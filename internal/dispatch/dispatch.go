@@ -14,6 +14,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mercamap/relay/internal/config"
@@ -50,7 +51,7 @@ type Options struct {
 	Sinks    map[destination.Connector]Sink
 	Delivery config.Delivery
 	Owner    string           // this replica's name in leases; random when empty
-	Accounts []config.Account // for each account's store id path
+	Accounts []config.Account // for each account's store id path; SetAccounts replaces them
 	Notifier Notifier         // nil: operator events are only logged
 	Logger   *slog.Logger     // nil: discarded
 	Metrics  *Metrics         // nil: not exported
@@ -68,8 +69,8 @@ var ErrNotFound = errors.New("no such destination")
 // Dispatcher runs the workers of the destinations this replica holds leases for.
 type Dispatcher struct {
 	opts       Options
-	storePaths map[string][]string
-	slots      chan struct{} // one per worker running a pass
+	storePaths atomic.Pointer[map[string][]string] // per account; read for each message
+	slots      chan struct{}                       // one per worker running a pass
 
 	mu      sync.Mutex
 	dests   map[string]destination.Destination // by id, as configured
@@ -98,12 +99,20 @@ func New(opts Options) *Dispatcher {
 	if opts.Owner == "" {
 		opts.Owner = "relay-" + randomHex(6)
 	}
-	paths := map[string][]string{}
-	for _, a := range opts.Accounts {
+	d := &Dispatcher{opts: opts, slots: make(chan struct{}, opts.MaxActive), dests: map[string]destination.Destination{},
+		workers: map[string]*worker{}, wake: map[string]chan struct{}{}}
+	d.SetAccounts(opts.Accounts)
+	return d
+}
+
+// SetAccounts replaces the accounts' settings delivery reads (each account's store id
+// path); messages built from now on use them.
+func (d *Dispatcher) SetAccounts(accounts []config.Account) {
+	paths := make(map[string][]string, len(accounts))
+	for _, a := range accounts {
 		paths[a.ID] = a.StoreIDPaths()
 	}
-	return &Dispatcher{opts: opts, storePaths: paths, slots: make(chan struct{}, opts.MaxActive), dests: map[string]destination.Destination{},
-		workers: map[string]*worker{}, wake: map[string]chan struct{}{}}
+	d.storePaths.Store(&paths)
 }
 
 // SetDestinations makes the configured destinations exist in Redis (issuing each its

@@ -19,7 +19,7 @@ func (d *Dispatcher) message(dest destination.Destination, e store.LogEntry) des
 		CreatedAt:     e.Time,
 		Data:          json.RawMessage(e.Data),
 		SchemaVersion: e.SchemaVersion,
-		StoreID:       storeID(e.Data, d.storePaths[dest.Account]),
+		StoreID:       storeID(e.Data, (*d.storePaths.Load())[dest.Account]),
 		Account:       dest.Account,
 	}
 }

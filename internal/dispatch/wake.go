@@ -7,16 +7,25 @@ import (
 
 // watchLogs follows the logs of every account with destinations and wakes that
 // account's workers when events arrive, so an idle worker does not have to poll fast.
+// Each round follows the accounts of the destinations configured then: one added by a
+// reload is followed from its next round, one removed is no longer read.
 func (d *Dispatcher) watchLogs(ctx context.Context) {
 	after := map[string]string{}
 	for ctx.Err() == nil {
+		wanted := map[string]bool{}
 		for _, dest := range d.Destinations() {
+			wanted[dest.Account] = true
 			if _, ok := after[dest.Account]; !ok {
 				id, err := d.opts.Store.LastLogID(ctx, dest.Account)
 				if err != nil {
 					break
 				}
 				after[dest.Account] = id
+			}
+		}
+		for acct := range after {
+			if !wanted[acct] {
+				delete(after, acct)
 			}
 		}
 		if len(after) == 0 {

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,7 @@ type Options struct {
 	Prefetch     int
 	Verifier     signature.Verifier
 	Store        *store.Store
-	Router       Router
+	Router       Router        // the routing at start; SetRouter replaces it
 	DedupWindow  time.Duration // lifetime of a ce-id dedup marker
 	LogRetention time.Duration // account logs are trimmed of entries older than this
 	Logger       *slog.Logger
@@ -46,6 +47,12 @@ type Options struct {
 type Consumer struct {
 	opts      Options
 	connected atomic.Bool
+
+	// routing is held by handle for one batch, from routing to ack, so a batch is routed
+	// by one table and SetRouter swaps between batches. Only the ingest goroutine takes it
+	// in steady state (once a batch, never contended); a reload waits for the batch in hand.
+	routing sync.Mutex
+	router  Router
 }
 
 // New returns a Consumer. Logger and Metrics default to discarding ones.
@@ -59,7 +66,16 @@ func New(opts Options) *Consumer {
 	if opts.Prefetch < 1 {
 		opts.Prefetch = 256
 	}
-	return &Consumer{opts: opts}
+	return &Consumer{opts: opts, router: opts.Router}
+}
+
+// SetRouter routes every event from the next batch on by r. It returns once the batch in
+// hand (routed by the old table) is acked: from then on no event is acked as unrouted
+// unless r routes it nowhere. r must not change afterwards.
+func (c *Consumer) SetRouter(r Router) {
+	c.routing.Lock()
+	defer c.routing.Unlock()
+	c.router = r
 }
 
 // Connected reports whether the consumer holds a live broker connection.
@@ -175,6 +191,8 @@ func (c *Consumer) session(ctx context.Context) error {
 // handle verifies a batch, quarantines what fails, appends the rest in one round trip,
 // and acks the whole batch only once Redis has answered for every event in it.
 func (c *Consumer) handle(ctx context.Context, quarantine *amqp.Channel, batch []amqp.Delivery) error {
+	c.routing.Lock()
+	defer c.routing.Unlock()
 	m := c.opts.Metrics
 	m.Consumed.Add(float64(len(batch)))
 	appends := make([]store.Append, 0, len(batch))
@@ -189,7 +207,7 @@ func (c *Consumer) handle(ctx context.Context, quarantine *amqp.Channel, batch [
 			confirms = append(confirms, dc)
 			continue
 		}
-		accounts := c.opts.Router.AccountsFor(tenant, entry.Source)
+		accounts := c.router.AccountsFor(tenant, entry.Source)
 		if len(accounts) == 0 {
 			m.Unrouted.Inc()
 			c.opts.Logger.Debug("event for no account", "event_id", entry.EventID, "tenant", tenant)
