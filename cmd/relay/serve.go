@@ -113,9 +113,15 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Logger:   log.With("component", "dispatch"),
 		Metrics:  dispatch.NewMetrics(reg),
 	})
+	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
+		return fmt.Errorf("read ExternalIds from redis: %w", err)
+	} else if len(problems) > 0 {
+		return problems
+	}
 	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
 		return fmt.Errorf("load destination state from redis: %w", err)
 	}
+	warnUnpinned(log, cfg, path)
 
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})
@@ -138,7 +144,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
 		"api", ln.Addr().String())
-	rl := &reloader{path: path, getenv: e.getenv, log: log, disp: disp, api: apiSrv, current: cfg}
+	rl := &reloader{path: path, getenv: e.getenv, log: log, disp: disp, api: apiSrv, current: cfg, store: st}
 	var wg sync.WaitGroup
 	var ingestErr error
 	wg.Add(5)
@@ -188,6 +194,7 @@ type reloader struct {
 	disp    *dispatch.Dispatcher
 	api     *api.Server
 	current *config.Config
+	store   *store.Store // to refuse a file that would change an issued ExternalId
 }
 
 // reload re-reads the file. A file with problems is refused whole and the running config
@@ -207,6 +214,15 @@ func (r *reloader) reload(ctx context.Context) {
 		}
 		return
 	}
+	if problems, err := externalIDProblems(ctx, r.store, next); err != nil || len(problems) > 0 {
+		for _, p := range problems {
+			r.log.Error("config reload refused; the running config stays", "problem", p.String())
+		}
+		if err != nil {
+			r.log.Error("config reload refused: ExternalIds not read from redis; the running config stays", "error", err)
+		}
+		return
+	}
 	if err := r.disp.SetDestinations(ctx, next.Destinations); err != nil {
 		r.log.Error("config reload refused: destination state not written; the running config stays", "error", err)
 		return
@@ -216,6 +232,7 @@ func (r *reloader) reload(ctx context.Context) {
 		r.log.Warn("config change takes effect at the next restart", "setting", setting)
 	}
 	r.current = next
+	warnUnpinned(r.log, next, r.path)
 	r.log.Info("config reloaded", "destinations", len(next.Destinations), "accounts", len(next.Accounts),
 		"tokens", len(next.API.Tokens))
 }

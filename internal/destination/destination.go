@@ -43,8 +43,14 @@ type Destination struct {
 	// Events lists the short types (routing keys) to deliver; empty means all.
 	Events []string
 
-	// ExternalID is issued by the relay at first sight and kept in Redis; dispatch fills
-	// it in before each write. The config never sets it.
+	// PinnedExternalID is the config's external_id (AWS only), "" when not pinned.
+	// DerivedExternalID is derived from identity.external_id_secret for an AWS
+	// destination that pins none, "" without the secret. Either one is what the relay
+	// stores at first sight instead of a random id (ConfiguredExternalID).
+	PinnedExternalID, DerivedExternalID string
+
+	// ExternalID is the one Redis holds (issued at first sight, never changed after);
+	// dispatch fills it in before each write. The config never sets it.
 	ExternalID string
 }
 
