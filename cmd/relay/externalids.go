@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/mercamap/relay/internal/config"
@@ -79,10 +80,12 @@ func checkIssued(ctx context.Context, cfg *config.Config) (config.Problems, stri
 	if !slices.ContainsFunc(cfg.Destinations, func(d destination.Destination) bool { return d.Connector.IsAWS() }) {
 		return nil, ""
 	}
-	st, err := store.Open(cfg.Redis.URL)
+	opts, err := redis.ParseURL(cfg.Redis.URL)
 	if err != nil {
 		return nil, "redis.url: cannot be opened: the ExternalIds were not compared with those Redis holds (serve compares them at start and on reload, and refuses a change)"
 	}
+	opts.MaxRetries, opts.DialerRetries, opts.DialTimeout = -1, 1, redisCheckTimeout // one try: a check, not a wait
+	st := store.New(redis.NewClient(opts))
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
@@ -234,5 +237,110 @@ destinations:
 	waitDelivered(logs)
 	if strings.Contains(logs.String(), testExtSecret) {
 		t.Error("the ExternalId secret appears in the logs")
+	}
+}
+
+// TestIssuedExternalIDsArePrintedReadyToPinAndNeverChanged: Redis holds ExternalIds the
+// relay issued at random. relay external-ids prints them as config lines; pinning what it
+// printed passes check-config; a file that pins or derives another id is refused by
+// check-config (with the id to pin) and by serve; an unreachable Redis is said to leave
+// the comparison unmade.
+func TestIssuedExternalIDsArePrintedReadyToPinAndNeverChanged(t *testing.T) {
+	redisURL := testpeer.RedisURL(t)
+	st, err := store.Open(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	const issued, gone = "relay-aaaaaaaaaaaaaaaa0000000000000001", "relay-cccccccccccccccc0000000000000003"
+	for _, s := range []struct{ id, ext string }{{"orders-bus", issued}, {"gone-bus", gone}, {"orders-topic", "relay-dddddddddddddddd0000000000000004"}} {
+		if _, err := st.Ensure(ctx, store.Ref{Account: "acct_1", ID: s.id}, s.ext, "fp", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	write := func(redisURL, secret, pin string) {
+		t.Helper()
+		identity := `{aws_principal_arn: "arn:aws:iam::999999999999:role/relay", gcp_service_account: relay@relay-prod.iam.gserviceaccount.com` + secret + "}"
+		cfg := fmt.Sprintf(`
+identity: %s
+rabbitmq: {url: "amqp://guest:guest@127.0.0.1:5672/", exchange: fetcher.job.events}
+redis: {url: "%s"}
+signature: {keys: [env:HMAC]}
+api: {listen: "127.0.0.1:0"}
+accounts:
+  - {id: acct_1, tenants: [single-tenant]}
+destinations:
+  - {id: orders-bus, account: acct_1, connector: eventbridge, bus_arn: "arn:aws:events:us-east-1:111122223333:event-bus/orders", role_arn: "arn:aws:iam::111122223333:role/r"%s}
+  - {id: new-bus, account: acct_1, connector: eventbridge, bus_arn: "arn:aws:events:us-east-1:111122223333:event-bus/new", role_arn: "arn:aws:iam::111122223333:role/r"}
+  - {id: orders-topic, account: acct_1, connector: pubsub, project_id: acme-prod, topic_id: relay-events}
+`, identity, redisURL, pin)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	envs := map[string]string{"HMAC": testKeyHex, "EXT": testExtSecret}
+	const withSecret = ", external_id_secret: env:EXT"
+
+	// The ids issued so far, as the operator pastes them.
+	write(redisURL, "", "")
+	out, err := runRelay(t, envs, "", "external-ids", "--config", path)
+	if err != nil {
+		t.Fatalf("external-ids: %v\n%s", err, out)
+	}
+	var printed struct {
+		Destinations []struct {
+			ID         string `yaml:"id"`
+			ExternalID string `yaml:"external_id"`
+		} `yaml:"destinations"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &printed); err != nil {
+		t.Fatalf("external-ids did not print YAML: %v\n%s", err, out)
+	}
+	if len(printed.Destinations) != 1 || printed.Destinations[0].ID != "orders-bus" || printed.Destinations[0].ExternalID != issued {
+		t.Fatalf("external-ids printed %+v, want orders-bus %s only:\n%s", printed.Destinations, issued, out)
+	}
+	for _, want := range []string{"lives only in Redis: pin it", "# new-bus: no ExternalId issued yet", "#   - id: gone-bus   # account acct_1\n#     external_id: " + gone} {
+		if !strings.Contains(out, want) {
+			t.Errorf("external-ids output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Pinning what it printed passes, with the secret deriving the new destination's id.
+	write(redisURL, withSecret, ", external_id: "+printed.Destinations[0].ExternalID)
+	if out, err := runRelay(t, envs, "", "check-config", "--config", path); err != nil || !strings.Contains(out, ": ok (1 accounts, 3 destinations)") {
+		t.Fatalf("check-config with the printed pin: %v\n%s", err, out)
+	}
+
+	// A pin or a derivation that would change the issued id is refused, naming the id to pin.
+	for name, c := range map[string]struct{ secret, pin, says string }{
+		"another pin":         {"", ", external_id: " + testPin, "destinations[0].external_id: pins " + testPin + " but the relay issued " + issued},
+		"a secret added late": {withSecret, "", "destinations[0].external_id: identity.external_id_secret derives relay-"},
+	} {
+		write(redisURL, c.secret, c.pin)
+		out, err := runRelay(t, envs, "", "check-config", "--config", path)
+		if err == nil || !strings.Contains(out, c.says) || !strings.Contains(out, "pin external_id: "+issued+"\n") {
+			t.Errorf("%s: check-config said %v:\n%s", name, err, out)
+		}
+		if strings.Contains(out, testExtSecret) {
+			t.Errorf("%s: check-config printed the secret", name)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = run(sctx, []string{"serve", "--config", path}, func(k string) string { return envs[k] }, nil, io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: serve ended with %v, want it refused", name, err)
+		}
+	}
+	if ids, err := st.ExternalIDs(ctx, []store.Ref{{Account: "acct_1", ID: "orders-bus"}, {Account: "acct_1", ID: "new-bus"}}); err != nil || ids[0] != issued || ids[1] != "" {
+		t.Errorf("after the refusals Redis holds %v (%v), want %s and nothing for new-bus", ids, err, issued)
+	}
+
+	// Redis out of reach: the file is still checked, and the output says what was not.
+	write(fmt.Sprintf("redis://127.0.0.1:%d/0", testpeer.FreePort(t)), "", ", external_id: "+testPin)
+	out, err = runRelay(t, envs, "", "check-config", "--config", path)
+	if err != nil || !strings.Contains(out, "the ExternalIds were not compared with those Redis holds") || !strings.Contains(out, ": ok") {
+		t.Errorf("check-config without Redis: %v\n%s", err, out)
 	}
 }
