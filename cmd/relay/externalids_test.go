@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
@@ -342,5 +344,44 @@ destinations:
 	out, err = runRelay(t, envs, "", "check-config", "--config", path)
 	if err != nil || !strings.Contains(out, "the ExternalIds were not compared with those Redis holds") || !strings.Contains(out, ": ok") {
 		t.Errorf("check-config without Redis: %v\n%s", err, out)
+	}
+}
+
+// TestServeWarnsOfExternalIDsThatLiveOnlyInRedis: the warning names the AWS destinations
+// with neither a pin nor a derived id, and says how to pin them; Pub/Sub has no ExternalId.
+func TestServeWarnsOfExternalIDsThatLiveOnlyInRedis(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(path, []byte(`
+identity: {aws_principal_arn: "arn:aws:iam::999999999999:role/relay", gcp_service_account: relay@relay-prod.iam.gserviceaccount.com}
+rabbitmq: {url: "amqp://guest:guest@127.0.0.1:5672/", exchange: fetcher.job.events}
+redis: {url: "redis://127.0.0.1:6379/0"}
+signature: {keys: [`+testKeyHex+`]}
+accounts:
+  - {id: acct_1, tenants: [single-tenant]}
+destinations:
+  - {id: loose-bus, account: acct_1, connector: eventbridge, bus_arn: "arn:aws:events:us-east-1:111122223333:event-bus/a", role_arn: "arn:aws:iam::111122223333:role/r"}
+  - {id: kept-bus, account: acct_1, connector: eventbridge, bus_arn: "arn:aws:events:us-east-1:111122223333:event-bus/b", role_arn: "arn:aws:iam::111122223333:role/r", external_id: `+testPin+`}
+  - {id: loose-stream, account: acct_1, connector: kinesis, stream_arn: "arn:aws:kinesis:us-east-1:111122223333:stream/s", role_arn: "arn:aws:iam::111122223333:role/r"}
+  - {id: a-topic, account: acct_1, connector: pubsub, project_id: acme-prod, topic_id: relay-events}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	warnUnpinned(slog.New(slog.NewJSONHandler(&logs, nil)), cfg, path)
+	var line struct {
+		Level, Msg   string
+		Unpinned     int
+		Destinations string
+	}
+	if err := json.Unmarshal([]byte(logs.String()), &line); err != nil {
+		t.Fatalf("%v: %s", err, logs.String())
+	}
+	if line.Level != "WARN" || line.Unpinned != 2 || line.Destinations != "loose-bus,loose-stream" ||
+		!strings.Contains(line.Msg, "relay external-ids --config "+path) {
+		t.Errorf("warning: %s", logs.String())
 	}
 }

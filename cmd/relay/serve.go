@@ -37,11 +37,11 @@ func serveCmd(e env) *cobra.Command {
 consumes the job-events queue, stores each verified event in Redis before acking it,
 delivers to the destinations it holds leases for, and serves the operator API on
 api.listen. SIGHUP re-reads the config: destinations and API tokens change at once (a
-file with problems is refused and the running config kept). A config that would change an
-ExternalId Redis already holds is refused the same way, at start and on reload; an AWS
-destination whose ExternalId lives only in Redis is named in a warning (pin it: see
-relay external-ids). It runs until SIGINT or
-SIGTERM, when it finishes the messages and writes in hand, ends API streams and exits.
+file with problems is refused and the running config kept). A config that would change
+an ExternalId Redis already holds is refused the same way, at start and on reload; an
+AWS destination whose ExternalId lives only in Redis is named in a warning (pin it: see
+relay external-ids). It runs until SIGINT or SIGTERM, when it finishes the messages and
+writes in hand, ends API streams and exits.
 
 /healthz, /readyz and /metrics answer without a token: bind api.listen to a private
 interface.`,

@@ -18,7 +18,8 @@ var externalIDForm = regexp.MustCompile(`^relay-[0-9a-f]{32}$`)
 // MinExternalIDSecret is the shortest identity.external_id_secret accepted, in bytes.
 const MinExternalIDSecret = 32
 
-// externalIDLabel starts the HMAC input: a key used for anything else cannot collide.
+// externalIDLabel starts the HMAC input, so these HMACs are of inputs no other use of the
+// secret could have.
 const externalIDLabel = "relay external-id v1"
 
 // NewExternalID returns a fresh random ExternalId in the issued form.

@@ -108,9 +108,9 @@ func New(opts Options) *Dispatcher {
 
 // SetDestinations makes the configured destinations exist in Redis (storing each its
 // ExternalId on first sight: the config's, pinned or derived, else a random one) and
-// replaces the set this dispatcher delivers for. A
-// destination removed from config stops at the next lease round and keeps its state; one
-// that was redefined gets resync.required on its channel and a fresh worker.
+// replaces the set this dispatcher delivers for. A destination removed from config stops
+// at the next lease round and keeps its state; one that was redefined gets
+// resync.required on its channel and a fresh worker.
 func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.Destination) error {
 	next := make(map[string]destination.Destination, len(dests))
 	for _, dest := range dests {
