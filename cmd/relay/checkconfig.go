@@ -16,7 +16,10 @@ func checkConfigCmd(e env) *cobra.Command {
 		Short: "Validate a config file and print every problem with its path",
 		Long: `check-config reads the YAML config (and every env: / file: secret it references),
 prints each problem on its own line as "path: message", and exits non-zero when there is any.
-serve refuses to start on the same problems.`,
+serve refuses to start on the same problems. When the file is valid and has AWS
+destinations, it also reads redis.url (a few seconds at most) and refuses a file that would
+change an ExternalId Redis already holds; when Redis cannot be reached it says the
+comparison was not made, and serve makes it at start and on reload.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(path, e.getenv)
@@ -28,6 +31,18 @@ serve refuses to start on the same problems.`,
 				return fmt.Errorf("%s: %d problem(s)", path, len(problems))
 			} else if err != nil {
 				return err
+			}
+			// The file is valid; the ExternalIds it pins or derives must not change those
+			// Redis already holds (when Redis can be reached from here).
+			problems, skipped := checkIssued(cmd.Context(), cfg)
+			for _, p := range problems {
+				fmt.Fprintf(e.stdout, "%s: %s\n", p.Path, p.Message)
+			}
+			if len(problems) > 0 {
+				return fmt.Errorf("%s: %d problem(s)", path, len(problems))
+			}
+			if skipped != "" {
+				fmt.Fprintln(e.stdout, skipped)
 			}
 			fmt.Fprintf(e.stdout, "%s: ok (%d accounts, %d destinations)\n", path, len(cfg.Accounts), len(cfg.Destinations))
 			return nil

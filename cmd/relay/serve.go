@@ -38,8 +38,11 @@ consumes the job-events queue, stores each verified event in Redis before acking
 delivers to the destinations it holds leases for, and serves the operator API on
 api.listen. SIGHUP re-reads the config: accounts (routing), destinations and API tokens
 change at once (a file with problems is refused whole, each problem logged, and the
-running config kept). It runs until SIGINT or SIGTERM, when it finishes the messages
-and writes in hand, ends API streams and exits.
+running config kept). A config that would change an ExternalId Redis already holds is
+refused the same way, at start and on reload; an AWS destination whose ExternalId lives
+only in Redis is named in a warning (pin it: see relay external-ids). It runs until
+SIGINT or SIGTERM, when it finishes the messages and writes in hand, ends API streams
+and exits.
 
 /healthz, /readyz and /metrics answer without a token: bind api.listen to a private
 interface.`,
@@ -114,9 +117,15 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Logger:   log.With("component", "dispatch"),
 		Metrics:  dispatch.NewMetrics(reg),
 	})
+	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
+		return fmt.Errorf("read ExternalIds from redis: %w", err)
+	} else if len(problems) > 0 {
+		return problems
+	}
 	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
 		return fmt.Errorf("load destination state from redis: %w", err)
 	}
+	warnUnpinned(log, cfg, path)
 
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})
@@ -139,7 +148,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
 		"api", ln.Addr().String())
-	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, api: apiSrv, current: cfg}
+	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, api: apiSrv, current: cfg, store: st}
 	var wg sync.WaitGroup
 	var ingestErr error
 	wg.Add(5)
@@ -190,6 +199,7 @@ type reloader struct {
 	disp    *dispatch.Dispatcher
 	api     *api.Server
 	current *config.Config
+	store   *store.Store // to refuse a file that would change an issued ExternalId
 }
 
 // reload re-reads the file. A file with problems is refused whole and the running config
@@ -218,6 +228,15 @@ func (r *reloader) reload(ctx context.Context) {
 		}
 		return
 	}
+	if problems, err := externalIDProblems(ctx, r.store, next); err != nil || len(problems) > 0 {
+		for _, p := range problems {
+			r.log.Error("config reload refused; the running config stays", "problem", p.String())
+		}
+		if err != nil {
+			r.log.Error("config reload refused: ExternalIds not read from redis; the running config stays", "error", err)
+		}
+		return
+	}
 	if err := r.disp.SetDestinations(ctx, next.Destinations); err != nil {
 		r.log.Error("config reload refused: destination state not written; the running config stays", "error", err)
 		return
@@ -229,6 +248,7 @@ func (r *reloader) reload(ctx context.Context) {
 		r.log.Warn("config change takes effect at the next restart", "setting", setting)
 	}
 	r.current = next
+	warnUnpinned(r.log, next, r.path)
 	r.log.Info("config reloaded", "destinations", len(next.Destinations), "accounts", len(next.Accounts),
 		"tokens", len(next.API.Tokens))
 }

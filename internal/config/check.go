@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/url"
 	"regexp"
@@ -54,6 +55,77 @@ func (p *parser) check(c *Config) {
 	p.checkDelivery(&c.Delivery)
 	p.checkAccounts(c.Accounts, c.Identity.NameOrDefault())
 	p.checkDestinations(c.Destinations, accountIDs, c.RabbitMQ.RoutingKeys)
+	p.checkExternalIDs(c.Destinations)
+}
+
+// checkExternalIDs resolves identity.external_id_secret, derives the ExternalId of each
+// AWS destination that pins none, and refuses two destinations sharing one: a shared
+// ExternalId would let one customer's destination write through another's role. The
+// secret is not kept in the Config.
+func (p *parser) checkExternalIDs(dests []destination.Destination) {
+	if p.externalIDSecretRef != "" {
+		secret, ok := p.secret("identity.external_id_secret", p.externalIDSecretRef)
+		switch {
+		case !ok:
+		case len(secret) < destination.MinExternalIDSecret:
+			p.add("identity.external_id_secret", "is %d bytes: use at least %d random characters (openssl rand -hex 32); it derives every ExternalId it is used for and must never change after",
+				len(secret), destination.MinExternalIDSecret)
+		default:
+			for i := range dests {
+				if dests[i].Connector.IsAWS() && dests[i].PinnedExternalID == "" {
+					dests[i].DerivedExternalID = destination.DeriveExternalID([]byte(secret), dests[i].Account, dests[i].ID)
+				}
+			}
+		}
+	}
+	first := map[string]int{}
+	for i, d := range dests {
+		ext := d.ConfiguredExternalID()
+		if ext == "" {
+			continue
+		}
+		if j, dup := first[ext]; dup {
+			p.add(index("destinations", i)+".external_id", "is the ExternalId of destinations[%d] too: each destination has its own, or one customer's destination could write through another's role", j)
+			continue
+		}
+		first[ext] = i
+	}
+}
+
+// ExternalIDProblems compares the ExternalId c gives each AWS destination with the one
+// Redis already holds for it (issued, by destination id; absent or "" when none yet). A
+// config that would change an issued id is refused: the customer's trust policy names
+// that id, and a Redis rebuilt empty would hand out the config's. Two destinations may
+// not end up with the same id either.
+func (c *Config) ExternalIDProblems(issued map[string]string) Problems {
+	var ps Problems
+	owner := map[string]int{}
+	for i, d := range c.Destinations {
+		if !d.Connector.IsAWS() {
+			continue
+		}
+		path := index("destinations", i) + ".external_id"
+		have, want := issued[d.ID], d.ConfiguredExternalID()
+		switch {
+		case have != "" && want != "" && have != want && d.PinnedExternalID != "":
+			ps = append(ps, Problem{path, fmt.Sprintf("pins %s but the relay issued %s to this destination and the customer's trust policy requires it: pin external_id: %s", want, have, have)})
+		case have != "" && want != "" && have != want:
+			ps = append(ps, Problem{path, fmt.Sprintf("identity.external_id_secret derives %s but the relay issued %s to this destination and the customer's trust policy requires it: pin external_id: %s", want, have, have)})
+		}
+		ext := have
+		if ext == "" {
+			ext = want
+		}
+		if ext == "" {
+			continue
+		}
+		if j, dup := owner[ext]; dup {
+			ps = append(ps, Problem{path, fmt.Sprintf("%s is the ExternalId of destinations[%d] in Redis: each destination has its own", ext, j)})
+			continue
+		}
+		owner[ext] = i
+	}
+	return ps
 }
 
 func (p *parser) checkIdentity(c *Config) {

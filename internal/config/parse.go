@@ -53,8 +53,9 @@ type parser struct {
 	getenv   func(string) string
 	readFile func(string) ([]byte, error)
 
-	keyRefs   []string
-	masterRef string
+	keyRefs             []string
+	masterRef           string
+	externalIDSecretRef string // identity.external_id_secret: derives ExternalIds, never kept
 }
 
 // add reports a problem found by a check, unless the value at path could not be read.
@@ -86,6 +87,7 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"name":                func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.Name) },
 				"aws_principal_arn":   func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.AWSPrincipalARN) },
 				"gcp_service_account": func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.GCPServiceAccount) },
+				"external_id_secret":  func(v *yaml.Node, path string) { w.str(v, path, &p.externalIDSecretRef) },
 			})
 		},
 		"rabbitmq": func(v *yaml.Node, path string) {
@@ -189,6 +191,7 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 					"project_id":  func(v *yaml.Node, path string) { w.str(v, path, &d.ProjectID) },
 					"topic_id":    func(v *yaml.Node, path string) { w.str(v, path, &d.TopicID) },
 					"events":      func(v *yaml.Node, path string) { w.strs(v, path, &d.Events) },
+					"external_id": func(v *yaml.Node, path string) { w.str(v, path, &d.PinnedExternalID) },
 				})
 				d.Connector = destination.Connector(connector)
 				c.Destinations = append(c.Destinations, d)

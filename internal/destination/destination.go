@@ -5,7 +5,6 @@
 package destination
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -44,18 +43,15 @@ type Destination struct {
 	// Events lists the short types (routing keys) to deliver; empty means all.
 	Events []string
 
-	// ExternalID is issued by the relay at first sight and kept in Redis; dispatch fills
-	// it in before each write. The config never sets it.
-	ExternalID string
-}
+	// PinnedExternalID is the config's external_id (AWS only), "" when not pinned.
+	// DerivedExternalID is derived from identity.external_id_secret for an AWS
+	// destination that pins none, "" without the secret. Either one is what the relay
+	// stores at first sight instead of a random id (ConfiguredExternalID).
+	PinnedExternalID, DerivedExternalID string
 
-// NewExternalID returns a fresh ExternalId in the one form the relay issues: "relay-"
-// and 32 lowercase hex digits, 128 bits from crypto/rand. The probe's wrong ExternalId
-// comes from here too, so no pattern in a trust policy can tell it from an issued one.
-func NewExternalID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (it crashes the program instead)
-	return "relay-" + hex.EncodeToString(b)
+	// ExternalID is the one Redis holds (issued at first sight, never changed after);
+	// dispatch fills it in before each write. The config never sets it.
+	ExternalID string
 }
 
 // Wants reports whether an event of the given short type goes to d.

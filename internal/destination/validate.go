@@ -149,6 +149,11 @@ func (d Destination) Validate() []Problem {
 		}
 		unused("project_id", d.ProjectID)
 		unused("topic_id", d.TopicID)
+		if d.PinnedExternalID != "" {
+			if msg := CheckExternalID(d.PinnedExternalID); msg != "" {
+				add("external_id", "%s", msg)
+			}
+		}
 	case PubSub:
 		if required("project_id", d.ProjectID, "the Google Cloud project that holds the topic, like acme-prod") {
 			if msg := checkProjectID(d.ProjectID); msg != "" {
@@ -164,6 +169,9 @@ func (d Destination) Validate() []Problem {
 		unused("stream_arn", d.StreamARN)
 		unused("role_arn", d.RoleARN)
 		unused("kms_key_arn", d.KMSKeyARN)
+		if d.PinnedExternalID != "" {
+			add("external_id", "a pubsub destination has no ExternalId: remove external_id")
+		}
 	case "":
 		add("connector", "connector is required: use eventbridge, kinesis or pubsub")
 	default:

@@ -115,10 +115,11 @@ func (d *Dispatcher) SetAccounts(accounts []config.Account) {
 	d.storePaths.Store(&paths)
 }
 
-// SetDestinations makes the configured destinations exist in Redis (issuing each its
-// ExternalId on first sight) and replaces the set this dispatcher delivers for. A
-// destination removed from config stops at the next lease round and keeps its state; one
-// that was redefined gets resync.required on its channel and a fresh worker.
+// SetDestinations makes the configured destinations exist in Redis (storing each its
+// ExternalId on first sight: the config's, pinned or derived, else a random one) and
+// replaces the set this dispatcher delivers for. A destination removed from config stops
+// at the next lease round and keeps its state; one that was redefined gets
+// resync.required on its channel and a fresh worker.
 func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.Destination) error {
 	next := make(map[string]destination.Destination, len(dests))
 	for _, dest := range dests {
@@ -139,7 +140,13 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 
 	retention := d.opts.Delivery.ChannelRetention
 	for _, dest := range dests {
-		res, err := d.opts.Store.Ensure(ctx, ref(dest), destination.NewExternalID(), dest.Fingerprint(), retention)
+		// The ExternalId stored at first sight, and never changed after: the config's
+		// (pinned or derived, so an empty Redis gives back the same one), else random.
+		ext := dest.ConfiguredExternalID()
+		if ext == "" {
+			ext = destination.NewExternalID()
+		}
+		res, err := d.opts.Store.Ensure(ctx, ref(dest), ext, dest.Fingerprint(), retention)
 		if err != nil {
 			return fmt.Errorf("destination %s: %w", dest.ID, err)
 		}
