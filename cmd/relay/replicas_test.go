@@ -200,10 +200,13 @@ func (rs *replicaSet) activeConsumer(min int) int {
 	return active
 }
 
-func (rs *replicaSet) allLogs() string {
+// logTails is the last lines each process logged, for a failure message.
+func (rs *replicaSet) logTails() string {
+	const most = 30
 	var b strings.Builder
 	for i, l := range rs.logs {
-		fmt.Fprintf(&b, "--- relay %d:\n%s\n", i, l)
+		lines := strings.Split(strings.TrimSpace(l.String()), "\n")
+		fmt.Fprintf(&b, "--- relay %d, last %d lines:\n%s\n", i, most, strings.Join(lines[max(0, len(lines)-most):], "\n"))
 	}
 	return b.String()
 }
@@ -226,7 +229,7 @@ func (rs *replicaSet) checkArrivals(confirmed []string) {
 	})
 	got := firstArrivals(rs.t, rs.bus.Entries())
 	if n := outOfOrder(confirmed, got); n > 0 {
-		rs.t.Fatalf("%d of %d events first arrived out of the publisher's confirmed order\n%s", n, len(confirmed), rs.allLogs())
+		rs.t.Fatalf("%d of %d events first arrived out of the publisher's confirmed order\n%s", n, len(confirmed), rs.logTails())
 	}
 	// At-least-once: a write in flight when a replica died may land twice.
 	if dup := len(rs.bus.Entries()) - len(got); dup > 0 {
