@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ import (
 type replicaSet struct {
 	t                  *testing.T
 	exchange, queue    string
+	redisURL           string
 	bus                *awstest.EventBridge
 	procs              []*exec.Cmd
 	apis               []string // http://127.0.0.1:port of each process
@@ -50,7 +52,7 @@ func startReplicas(t *testing.T, n int) *replicaSet {
 	bin := buildRelay(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	rs := &replicaSet{t: t, exchange: "relay-test-replicas-" + suffix, queue: "relay-test-replicas-" + suffix,
-		bus: bus, killed: map[int]bool{}}
+		redisURL: redisURL, bus: bus, killed: map[int]bool{}}
 	rs.key, _ = hex.DecodeString(testKeyHex)
 	const roleARN = "arn:aws:iam::111122223333:role/relay-delivery"
 	awsEnv := []string{"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
@@ -279,6 +281,57 @@ func TestActiveConsumerKilledMidStreamAnotherTakesOverInOrder(t *testing.T) {
 		t.Fatalf("%d of %d publishes confirmed", len(confirmed), total)
 	}
 	rs.checkArrivals(confirmed)
+}
+
+// TestReplicaKilledMidStreamHandsItsDestinationOver: the replica holding the
+// destination's lease is SIGKILLed mid-stream; another takes the destination over once
+// the lease expires, from the stored cursor, through the same role and ExternalId (the
+// STS enforces it): every confirmed event arrives, first arrivals in publish order.
+func TestReplicaKilledMidStreamHandsItsDestinationOver(t *testing.T) {
+	rs := startReplicas(t, 2)
+	const total = 300
+	rs.publish(0, 100, 16)
+	waitUntil(t, 30*time.Second, "deliveries under way", func() bool { return len(rs.bus.Entries()) >= 20 })
+
+	st, err := store.Open(rs.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	holder, err := st.Client().Get(context.Background(), "relay:{acct_1}:lease:orders-bus").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := leasePID(t, holder)
+	victim := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
+	if victim < 0 {
+		t.Fatalf("lease holder %q is neither replica", holder)
+	}
+	if err := rs.procs[victim].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rs.killed[victim] = true
+	rs.publish(100, total, 16)
+	confirmed := rs.confirmedIDs()
+	if len(confirmed) != total {
+		t.Fatalf("%d of %d publishes confirmed", len(confirmed), total)
+	}
+	rs.checkArrivals(confirmed)
+}
+
+// leasePID reads the process id out of a lease value "<host>-<pid>-<rand>|<token>".
+func leasePID(t *testing.T, lease string) int {
+	t.Helper()
+	owner, _, _ := strings.Cut(lease, "|")
+	parts := strings.Split(owner, "-")
+	if len(parts) < 3 {
+		t.Fatalf("lease owner %q", owner)
+	}
+	pid, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil {
+		t.Fatalf("lease owner %q: %v", owner, err)
+	}
+	return pid
 }
 
 // firstArrivals lists each delivered event_id once, in the order it first arrived.
