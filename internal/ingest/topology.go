@@ -36,8 +36,8 @@ func (e *TopologyError) Error() string {
 		e.Kind, e.Name, e.Reason, hint)
 }
 
-// mismatch turns the broker's 406 on a declaration into a TopologyError; other errors pass.
-func mismatch(err error, kind, name string, main bool) error {
+// declareErr turns the broker's 406 on a declaration into a TopologyError; other errors pass.
+func declareErr(err error, kind, name string, main bool) error {
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
 		return &TopologyError{Kind: kind, Name: name, Reason: amqpErr.Reason, Main: main}
@@ -49,7 +49,7 @@ func mismatch(err error, kind, name string, main bool) error {
 // arguments is a no-op, so every replica and every reconnect does it.
 func (t Topology) declare(ch *amqp.Channel) error {
 	if err := ch.ExchangeDeclare(t.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		return mismatch(err, "exchange", t.Exchange, false)
+		return declareErr(err, "exchange", t.Exchange, false)
 	}
 	quorum := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
 	// The broker hands the queue to one consumer at a time and to the next when it goes:
@@ -59,7 +59,7 @@ func (t Topology) declare(ch *amqp.Channel) error {
 		amqp.SingleActiveConsumerArg: true,
 	}
 	if _, err := ch.QueueDeclare(t.Queue, true, false, false, false, queueArgs); err != nil {
-		return mismatch(err, "queue", t.Queue, true)
+		return declareErr(err, "queue", t.Queue, true)
 	}
 	for _, key := range t.RoutingKeys {
 		if err := ch.QueueBind(t.Queue, key, t.Exchange, false, nil); err != nil {
@@ -67,10 +67,10 @@ func (t Topology) declare(ch *amqp.Channel) error {
 		}
 	}
 	if err := ch.ExchangeDeclare(t.QuarantineExchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return mismatch(err, "exchange", t.QuarantineExchange, false)
+		return declareErr(err, "exchange", t.QuarantineExchange, false)
 	}
 	if _, err := ch.QueueDeclare(t.QuarantineQueue, true, false, false, false, quorum); err != nil {
-		return mismatch(err, "queue", t.QuarantineQueue, false)
+		return declareErr(err, "queue", t.QuarantineQueue, false)
 	}
 	if err := ch.QueueBind(t.QuarantineQueue, "", t.QuarantineExchange, false, nil); err != nil {
 		return fmt.Errorf("bind queue %q to %q: %w", t.QuarantineQueue, t.QuarantineExchange, err)
