@@ -12,9 +12,10 @@
 # drill does not kill first (-stall-at, -stall-for; a length of 0 turns a fault off).
 # Then it waits for everything to drain and checks, from the sandbox's /arrived and the
 # account log in Redis, that every confirmed event reached each matching destination at
-# least once, first arrivals in log order, and that no destination ended disabled;
-# duplicates are counted. Exits non-zero when the check fails. Everything listens on
-# 127.0.0.1 only.
+# least once, that the log and each destination's first arrivals follow the publisher's
+# confirmed order (the order the queue received them), and that no destination ended
+# disabled; duplicates are counted. Exits non-zero when the check fails. Everything
+# listens on 127.0.0.1 only.
 #
 #   make drill                     (or scripts/drill.sh [loadtest drill flags], e.g. -rate 100 -duration 30s)
 #   DRILL_KEEP=1 scripts/drill.sh  keep the state directory (logs, AOF) for a look afterwards (kept on failure too)

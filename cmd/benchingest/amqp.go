@@ -10,7 +10,8 @@ import (
 )
 
 // declare makes a durable topic exchange and a durable quorum queue bound to it for the
-// job routing keys: what ingest.Topology declares, so both paths route the same way.
+// job routing keys, for the bare consumer: routed as ingest.Topology routes (with one
+// consumer, the relay's single-active-consumer argument changes nothing).
 func declare(url, exchange, queue string) error {
 	conn, err := amqp.Dial(url)
 	if err != nil {

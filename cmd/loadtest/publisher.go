@@ -19,6 +19,9 @@ type event struct {
 	sentAt    time.Time // first publish
 	confirmed bool
 	sends     int
+	// Where its sends fall in the publisher's sequence of publishes: the first one, the
+	// last one, and the one the broker confirmed (0: none). They order events (orderBreaks).
+	firstSeq, lastSeq, confirmSeq int
 }
 
 func newEvent(exchange string, key []byte, seq int, status string) *event {
@@ -41,6 +44,7 @@ type publisher struct {
 	ch            *amqp.Channel
 	reconnects    int
 	resends       int
+	seq           int // publishes so far, over every connection
 }
 
 func (p *publisher) close() {
@@ -102,6 +106,11 @@ func (p *publisher) send(ctx context.Context, batch []*event) {
 				p.resends++
 			}
 			e.sends++
+			p.seq++
+			e.lastSeq = p.seq
+			if e.firstSeq == 0 {
+				e.firstSeq = p.seq
+			}
 			dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, e.key, false, false, e.msg)
 			if err != nil {
 				failed = true
@@ -117,6 +126,7 @@ func (p *publisher) send(ctx context.Context, batch []*event) {
 			ok, err := dc.WaitContext(wctx)
 			if err == nil && ok {
 				todo[i].confirmed = true
+				todo[i].confirmSeq = todo[i].lastSeq
 			} else {
 				failed = true
 			}

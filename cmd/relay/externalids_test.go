@@ -136,7 +136,7 @@ destinations:
 		}
 		return mine
 	}
-	delivered := func(id string) []string { return firstSeen(t, entries(id)) }
+	delivered := func(id string) []string { return firstArrivals(t, entries(id)) }
 	waitDelivered := func(logs fmt.Stringer) {
 		t.Helper()
 		for id := range roles {

@@ -70,6 +70,10 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// Ingest ending with an error (a queue the broker holds with other arguments) stops
+	// everything, the way SIGTERM does, and serve exits with that error.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 
 	st, err := store.Open(cfg.Redis.URL)
 	if err != nil {
@@ -152,7 +156,13 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	var wg sync.WaitGroup
 	var ingestErr error
 	wg.Add(5)
-	go func() { defer wg.Done(); ingestErr = consumer.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		if ingestErr = consumer.Run(ctx); ingestErr != nil {
+			log.Error("ingest cannot run; the relay stops", "component", "ingest", "error", ingestErr)
+			stop()
+		}
+	}()
 	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
 	go func() {
 		defer wg.Done()

@@ -197,3 +197,29 @@ func waitConsumers(t *testing.T, conn *amqp.Connection, queue string, n int) {
 		return err == nil && q.Consumers == n
 	})
 }
+
+// TestServeRefusesAQueueDeclaredWithOtherArguments: an existing deployment's queue (quorum,
+// no single active consumer) cannot be changed in place, so serve exits, non-zero, with
+// an error that names the queue and the operator guide's migration section.
+func TestServeRefusesAQueueDeclaredWithOtherArguments(t *testing.T) {
+	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
+	bin := buildRelay(t)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	exchange, queue := "relay-test-old-queue-"+suffix, "relay-test-old-queue-"+suffix
+	_, ch := brokerChannel(t, amqpURL, queue)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		t.Fatal(err)
+	}
+	relay, logs := startRelay(t, bin, writeConfig(t, amqpURL, redisURL, exchange, queue))
+	err := waitExit(t, relay, 60*time.Second, logs)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("serve ended with %v, want exit status 1; logs:\n%s", err, logs)
+	}
+	last := logs.String()[strings.LastIndex(strings.TrimSpace(logs.String()), "\n")+1:]
+	for _, want := range []string{"relay: queue", queue, "inequivalent arg", "Migrate the queue"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("the last line does not say %q: %s", want, last)
+		}
+	}
+}

@@ -82,7 +82,9 @@ func (c *Consumer) SetRouter(r Router) {
 func (c *Consumer) Connected() bool { return c.connected.Load() }
 
 // Run consumes until ctx is cancelled, reconnecting with backoff whenever the broker
-// connection is lost. On cancel it finishes the batch in hand and returns nil.
+// connection is lost. On cancel it finishes the batch in hand and returns nil. It returns
+// a *TopologyError, without retrying, when the broker holds the queue (or an exchange)
+// with other arguments: that is fixed by an operator, never by reconnecting.
 func (c *Consumer) Run(ctx context.Context) error {
 	const minWait, maxWait = 100 * time.Millisecond, 15 * time.Second
 	wait := minWait
@@ -92,6 +94,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.connected.Store(false)
 		if ctx.Err() != nil {
 			return nil
+		}
+		var mismatch *TopologyError
+		if errors.As(err, &mismatch) {
+			return err
 		}
 		if time.Since(started) > time.Minute {
 			wait = minWait

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -441,5 +443,76 @@ func TestSignedButUnusableMessagesAreQuarantinedWithTheirReason(t *testing.T) {
 	}
 	if n := len(r.log()); n != 0 {
 		t.Errorf("%d events stored, want none", n)
+	}
+}
+
+func TestQueueDeclaredWithOtherArgumentsStopsRunWithTheMigrationHint(t *testing.T) {
+	r := newRig(t, testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t), "relay-test-old-queue")
+	ch := r.channel()
+	// The queue as earlier releases declared it: quorum, no single active consumer.
+	if _, err := ch.QueueDeclare(r.topo.Queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- New(r.opts).Run(context.Background()) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run kept reconnecting on a queue whose arguments cannot change")
+	}
+	var mismatch *TopologyError
+	if !errors.As(err, &mismatch) || mismatch.Name != r.topo.Queue || !mismatch.Main {
+		t.Fatalf("Run returned %v, want a TopologyError for queue %q", err, r.topo.Queue)
+	}
+	for _, want := range []string{r.topo.Queue, "inequivalent arg", "Migrate the queue"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func TestTwoConsumersAppendInThePublishersOrder(t *testing.T) {
+	r := newRig(t, testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t), "relay-test-two-consumers")
+	r.opts.Prefetch = 16 // small batches: many chances to interleave
+	r.start()
+	second := New(r.opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = second.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	waitFor(t, 30*time.Second, "second consumer connected", second.Connected)
+
+	ch := r.channel()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	const total = 600
+	var want []string
+	var confirms []*amqp.DeferredConfirmation
+	for i := range total {
+		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-2222-7000-8000-%012d", i), Status: "completed"}
+		dc, err := ch.PublishWithDeferredConfirm(r.topo.Exchange, job.RoutingKey(), false, false, jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		confirms = append(confirms, dc)
+		want = append(want, job.EventID())
+	}
+	for i, dc := range confirms {
+		if !dc.Wait() {
+			t.Fatalf("publish %d not confirmed", i)
+		}
+	}
+	waitFor(t, 60*time.Second, "every event in the log", func() bool { return len(r.log()) == total })
+	outOfOrder := 0
+	for i, e := range r.log() {
+		if e.EventID != want[i] {
+			outOfOrder++
+		}
+	}
+	if outOfOrder > 0 {
+		t.Fatalf("%d of %d log entries are not where the publisher's order puts them", outOfOrder, total)
 	}
 }
