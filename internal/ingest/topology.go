@@ -22,7 +22,16 @@ func (t Topology) declare(ch *amqp.Channel) error {
 		return fmt.Errorf("declare exchange %q: %w", t.Exchange, err)
 	}
 	quorum := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
-	if _, err := ch.QueueDeclare(t.Queue, true, false, false, false, quorum); err != nil {
+	queueArgs := amqp.Table{
+		amqp.QueueTypeArg: amqp.QueueTypeQuorum,
+		// A message ingest cannot republish to the quarantine (its copy would not fit
+		// in a frame, its headers cannot be read) is rejected, and the broker moves the
+		// original there itself, keeping it until the quarantine queue has it.
+		"x-dead-letter-exchange": t.QuarantineExchange,
+		"x-dead-letter-strategy": "at-least-once",
+		"x-overflow":             "reject-publish", // at-least-once requires it
+	}
+	if _, err := ch.QueueDeclare(t.Queue, true, false, false, false, queueArgs); err != nil {
 		return fmt.Errorf("declare queue %q: %w", t.Queue, err)
 	}
 	for _, key := range t.RoutingKeys {
