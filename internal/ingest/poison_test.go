@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -39,6 +40,10 @@ func TestPoisonMessagesAreSetAsideAndTheEventBehindThemIsStored(t *testing.T) {
 	if size := headerFrameSize(near); size > defaultFrameMax-10 || size < defaultFrameMax-20 {
 		t.Fatalf("near-frame message is %d bytes", size)
 	}
+	// 1b. Headers the broker takes (a payload up to its frame max) but 8 bytes more than
+	// amqp091-go reads: the client dropped the connection at each delivery.
+	atLimit := amqp.Publishing{MessageId: "at-broker-limit", Body: []byte(`{}`), Headers: amqp.Table{"pad": ""}}
+	atLimit.Headers["pad"] = strings.Repeat("p", defaultFrameMax+8-headerFrameSize(atLimit))
 	// 2. Signed, a huge jobId and a wrong ce-id: the detail quoting the expected ce-id
 	// was as large as the jobId.
 	huge := jobevent.Job{ID: strings.Repeat("9", 300_000), Status: "completed"}
@@ -53,7 +58,7 @@ func TestPoisonMessagesAreSetAsideAndTheEventBehindThemIsStored(t *testing.T) {
 	for i := range 9000 {
 		many.Headers[fmt.Sprint("h", i)] = int32(i)
 	}
-	r.publish(ch, "job.completed", near, hugeMsg, deep, many)
+	r.publish(ch, "job.completed", near, atLimit, hugeMsg, deep, many)
 	good := jobevent.Job{ID: "0190f2a4-cccc-7000-8000-000000000001", Status: "completed"}
 	r.publish(ch, good.RoutingKey(), jobevent.Build(good, r.topo.Exchange, r.key, now))
 
@@ -81,13 +86,14 @@ func TestPoisonMessagesAreSetAsideAndTheEventBehindThemIsStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{ // message id: x-relay-reason, or "dead-lettered"
-		"near-frame-max": "dead-lettered",
-		"huge-job-id":    EventIDMismatch,
-		"nested-40":      "dead-lettered",
-		"9000-entries":   "dead-lettered",
+		"near-frame-max":  "dead-lettered",
+		"at-broker-limit": "dead-lettered",
+		"huge-job-id":     EventIDMismatch,
+		"nested-40":       "dead-lettered",
+		"9000-entries":    "dead-lettered",
 	}
 	got := map[string]string{}
-	waitFor(t, 20*time.Second, "four messages in the quarantine", func() bool {
+	waitFor(t, 20*time.Second, "every poison in the quarantine", func() bool {
 		for {
 			d, ok, err := qch.Get(r.topo.QuarantineQueue, true)
 			if err != nil {
@@ -121,7 +127,7 @@ func TestPoisonMessagesAreSetAsideAndTheEventBehindThemIsStored(t *testing.T) {
 		t.Errorf("quarantine = %v\nwant %v", got, want)
 	}
 	for reason, n := range map[string]float64{
-		"missing_signature": 1, HeadersTooDeep: 1, HeadersTooMany: 1,
+		"missing_signature": 1, HeadersTooLarge: 1, HeadersTooDeep: 1, HeadersTooMany: 1,
 	} {
 		if got := testutil.ToFloat64(r.metrics.DeadLettered.WithLabelValues(reason)); got != n {
 			t.Errorf("dead-lettered{%s} = %v, want %v", reason, got, n)
@@ -132,5 +138,107 @@ func TestPoisonMessagesAreSetAsideAndTheEventBehindThemIsStored(t *testing.T) {
 	}
 	if n := r.readyMessages(ch, r.topo.Queue); n != 0 {
 		t.Errorf("%d messages left in the queue", n)
+	}
+}
+
+// TestQuarantineCopyKeepsEveryProperty: an operator reading the quarantine sees the
+// message as it was published. user_id and expiration travel as headers: the broker
+// refuses a publish whose user_id is not the publishing connection's user, and a copy
+// that expires would leave the quarantine.
+func TestQuarantineCopyKeepsEveryProperty(t *testing.T) {
+	r := newRig(t, testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t), "relay-test-properties")
+	r.start()
+	ch := r.channel()
+	sent := amqp.Publishing{
+		Headers:         amqp.Table{"app-header": "kept"},
+		ContentType:     "application/json",
+		ContentEncoding: "identity",
+		DeliveryMode:    amqp.Persistent,
+		Priority:        7,
+		CorrelationId:   "corr-1",
+		ReplyTo:         "reply-queue",
+		Expiration:      "600000",
+		MessageId:       "msg-1",
+		Timestamp:       time.Unix(1764460800, 0),
+		Type:            "job.completed",
+		UserId:          "guest", // the publishing user: the broker checks it
+		AppId:           "fetcher-worker",
+		Body:            []byte(`{"jobId":"x"}`),
+	}
+	r.publish(ch, "job.completed", sent)
+	waitFor(t, 10*time.Second, "message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 1 })
+	d, ok, err := ch.Get(r.topo.QuarantineQueue, true)
+	if err != nil || !ok {
+		t.Fatalf("quarantine empty (err %v)", err)
+	}
+	got := amqp.Publishing{
+		ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
+		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
+	}
+	want := sent
+	want.Headers, want.Expiration, want.UserId = nil, "", ""
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("copy properties:\n got %+v\nwant %+v", got, want)
+	}
+	if d.Expiration != "" || d.UserId != "" {
+		t.Errorf("copy has expiration %q, user_id %q as properties", d.Expiration, d.UserId)
+	}
+	for k, v := range map[string]string{"app-header": "kept", "x-relay-user-id": "guest", "x-relay-expiration": "600000",
+		"x-relay-reason": "missing_signature", "x-relay-routing-key": "job.completed", "x-relay-exchange": r.topo.Exchange} {
+		if d.Headers[k] != v {
+			t.Errorf("header %s = %v, want %q", k, d.Headers[k], v)
+		}
+	}
+}
+
+// TestHeaderFrameSizeIsWhatTheBrokerCounts: headerFrameSize counts the bytes the broker
+// counts. The quarantine relies on it to never send a copy that does not fit.
+func TestHeaderFrameSizeIsWhatTheBrokerCounts(t *testing.T) {
+	url := testpeer.SharedRabbitMQ(t)
+	publish := func(size int) error {
+		conn, _, err := dialFiltered(url, amqp.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if conn.Config.FrameSize != defaultFrameMax {
+			t.Fatalf("negotiated frame max %d", conn.Config.FrameSize)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		p := amqp.Publishing{ContentType: "text/plain", MessageId: "m", Timestamp: time.Now(), Priority: 1,
+			Headers: amqp.Table{"pad": "", "n": int32(1), "nest": amqp.Table{"a": []any{int64(1), "b", []byte("c")}}}}
+		p.Headers["pad"] = strings.Repeat("p", size-headerFrameSize(p))
+		if got := headerFrameSize(p); got != size {
+			t.Fatalf("built %d bytes, want %d", got, size)
+		}
+		dc, err := ch.PublishWithDeferredConfirm("", "relay-test-frame-size-no-such-queue", false, false, p)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			return fmt.Errorf("not confirmed: ok=%v %v", ok, err)
+		}
+		return nil
+	}
+	if err := publish(defaultFrameMax); err != nil {
+		t.Errorf("a header frame of exactly the frame max: %v", err)
+	}
+	// RabbitMQ 3.10 takes a payload up to the frame max, 8 bytes more than amqp091-go
+	// reads (it counts the frame header and end in it): the quarantine keeps to the
+	// smaller limit, so that the copy is readable by any client.
+	if err := publish(defaultFrameMax + 8); err != nil {
+		t.Errorf("a payload of exactly the frame max: %v", err)
+	}
+	if err := publish(defaultFrameMax + 9); err == nil {
+		t.Errorf("a header frame payload one byte over the frame max was confirmed")
 	}
 }
