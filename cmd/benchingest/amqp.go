@@ -7,7 +7,23 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/mercamap/relay/internal/ingest"
 )
+
+// declareTopology declares what the relay's consumer declares, with its arguments.
+func declareTopology(url string, topo ingest.Topology) error {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return fmt.Errorf("connect to broker: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	return topo.Declare(ch)
+}
 
 // declare makes a durable topic exchange and a durable quorum queue bound to it for the
 // job routing keys: what ingest.Topology declares, so both paths route the same way.

@@ -187,8 +187,12 @@ func (b *bench) relay(ctx context.Context, exchange, account string, msgs []mess
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
 	defer cancel()
 	queue := exchange
+	topo := ingest.Topology{
+		Exchange: exchange, Queue: queue, RoutingKeys: routingKeys,
+		QuarantineExchange: queue + ".quarantine", QuarantineQueue: queue + ".quarantine",
+	}
 	// Declared up front with the consumer's own arguments, so no publish can go unrouted.
-	if err := declare(b.cfg.amqpURL, exchange, queue); err != nil {
+	if err := declareTopology(b.cfg.amqpURL, topo); err != nil {
 		return phase{}, err
 	}
 	p, err := newPublisher(b.cfg.amqpURL)
@@ -205,11 +209,8 @@ func (b *bench) relay(ctx context.Context, exchange, account string, msgs []mess
 	}
 	metrics := ingest.NewMetrics(nil)
 	consumer := ingest.New(ingest.Options{
-		URL: b.cfg.amqpURL,
-		Topology: ingest.Topology{
-			Exchange: exchange, Queue: queue, RoutingKeys: routingKeys,
-			QuarantineExchange: queue + ".quarantine", QuarantineQueue: queue + ".quarantine",
-		},
+		URL:          b.cfg.amqpURL,
+		Topology:     topo,
 		Prefetch:     b.cfg.prefetch,
 		Verifier:     signature.Verifier{Keys: [][]byte{b.key}, MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
 		Store:        b.st,

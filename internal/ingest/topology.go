@@ -50,3 +50,7 @@ func (t Topology) declare(ch *amqp.Channel) error {
 	}
 	return nil
 }
+
+// Declare makes the topology exist, with the arguments ingest itself declares: a queue
+// declared first with others would make every later declaration fail.
+func (t Topology) Declare(ch *amqp.Channel) error { return t.declare(ch) }
