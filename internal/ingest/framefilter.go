@@ -32,12 +32,14 @@ const (
 
 // Reasons a header frame is rewritten; each is also the dead-letter reason label.
 const (
-	HeadersTooDeep     = "headers_too_deep"
-	HeadersTooMany     = "headers_too_many_entries"
-	HeadersMalformed   = "headers_malformed"
-	HeadersTooLarge    = "headers_too_large"
-	headerFrameMinSize = 4096 // AMQP frame-min-size: a negotiated frame max is never below it
+	HeadersTooDeep   = "headers_too_deep"
+	HeadersTooMany   = "headers_too_many_entries"
+	HeadersMalformed = "headers_malformed"
+	HeadersTooLarge  = "headers_too_large"
 )
+
+// headerFrameMinSize is AMQP's frame-min-size: a negotiated frame max is never below it.
+const headerFrameMinSize = 4096
 
 // headerFilter wraps the broker connection; see above. It is used by one reader, the
 // client's frame loop.

@@ -242,3 +242,32 @@ func TestHeaderFrameSizeIsWhatTheBrokerCounts(t *testing.T) {
 		t.Errorf("a header frame payload one byte over the frame max was confirmed")
 	}
 }
+
+// TestBatchEndingInARejectedMessageSettlesEveryMessage: the batch's one multiple ack
+// names the last delivery not rejected (RabbitMQ closes the channel, PRECONDITION_FAILED
+// unknown delivery tag, for a multiple ack naming a rejected one; tried on 3.10).
+func TestBatchEndingInARejectedMessageSettlesEveryMessage(t *testing.T) {
+	r := newRig(t, testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t), "relay-test-batch-end")
+	r.start() // declares the queue
+	r.stop()
+	ch := r.channel()
+	var msgs []amqp.Publishing
+	for i := range 3 {
+		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-dddd-7000-8000-%012d", i), Status: "completed"}
+		msgs = append(msgs, jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
+	}
+	msgs = append(msgs, amqp.Publishing{MessageId: "deep-last", Headers: amqp.Table{"deep": nested(40)}})
+	r.publish(ch, "job.completed", msgs...)
+	r.start() // the four are waiting: one batch
+	waitFor(t, 20*time.Second, "three stored, one dead-lettered", func() bool {
+		return testutil.ToFloat64(r.metrics.Acked) == 3 && testutil.ToFloat64(r.metrics.DeadLettered.WithLabelValues(HeadersTooDeep)) == 1
+	})
+	r.stop() // anything left unacked goes back to the queue
+	waitFor(t, 10*time.Second, "the queue empty, nothing unacked", func() bool { return r.readyMessages(ch, r.topo.Queue) == 0 })
+	if got := testutil.ToFloat64(r.metrics.ConnectionLosses); got != 0 {
+		t.Errorf("the relay lost its broker connection %v times", got)
+	}
+	if n := len(r.log()); n != 3 {
+		t.Errorf("log holds %d events, want 3", n)
+	}
+}
