@@ -14,6 +14,7 @@ targets=(
 	"./internal/jsonscan FuzzMember"
 	"./internal/dispatch FuzzStoreID"
 	"./internal/destination FuzzBody"
+	"./internal/ingest FuzzHeaderFilter"
 )
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"

@@ -11,9 +11,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -91,13 +93,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for {
 		started := time.Now()
 		err := c.session(ctx)
-		c.connected.Store(false)
+		wasConnected := c.connected.Swap(false)
 		if ctx.Err() != nil {
 			return nil
 		}
 		var mismatch *TopologyError
 		if errors.As(err, &mismatch) {
 			return err
+		}
+		if wasConnected {
+			c.opts.Metrics.ConnectionLosses.Inc()
 		}
 		if time.Since(started) > time.Minute {
 			wait = minWait
@@ -115,7 +120,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // session runs one broker connection until it fails or ctx is cancelled.
 func (c *Consumer) session(ctx context.Context) error {
-	conn, err := amqp.DialConfig(c.opts.URL, amqp.Config{
+	// Through a headerFilter: headers amqp091-go cannot read would otherwise close the
+	// connection at every delivery of the same message.
+	conn, nonce, err := dialFiltered(c.opts.URL, amqp.Config{
 		Heartbeat:  10 * time.Second,
 		Properties: amqp.Table{"connection_name": "relay-ingest"},
 	})
@@ -140,6 +147,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	if err := quarantine.Confirm(false); err != nil {
 		return fmt.Errorf("enable publisher confirms: %w", err)
 	}
+	l := link{quarantine: quarantine, nonce: nonce, frameMax: conn.Config.FrameSize}
 	tag := "relay-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	deliveries, err := ch.ConsumeWithContext(ctx, c.opts.Topology.Queue, tag, false, false, false, false, nil)
 	if err != nil {
@@ -188,29 +196,59 @@ func (c *Consumer) session(ctx context.Context) error {
 				break fill
 			}
 		}
-		if err := c.handle(ctx, quarantine, batch); err != nil {
+		if err := c.handle(ctx, l, batch); err != nil {
 			return err
 		}
 	}
 }
 
+// link is what handle needs of one broker connection.
+type link struct {
+	quarantine *amqp.Channel // publisher confirms on
+	nonce      string        // the headerFilter's: see unreadableReason
+	frameMax   int           // negotiated; 0: unlimited
+}
+
 // handle verifies a batch, quarantines what fails, appends the rest in one round trip,
-// and acks the whole batch only once Redis has answered for every event in it.
-func (c *Consumer) handle(ctx context.Context, quarantine *amqp.Channel, batch []amqp.Delivery) error {
+// and acks the batch only once Redis has answered for every event in it. A message
+// that cannot be quarantined by a copy (unreadable headers, a copy too large for a
+// frame, a copy the broker refused) is rejected instead, and the broker dead-letters
+// it, unchanged, to the quarantine exchange.
+func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) error {
 	c.routing.Lock()
 	defer c.routing.Unlock()
 	m := c.opts.Metrics
 	m.Consumed.Add(float64(len(batch)))
 	appends := make([]store.Append, 0, len(batch))
-	var confirms []*amqp.DeferredConfirmation
-	for _, d := range batch {
+	rejected := make([]bool, len(batch))
+	type pending struct {
+		i      int
+		reason string
+		dc     *amqp.DeferredConfirmation
+	}
+	var confirms []pending
+	for i, d := range batch {
+		if reason := unreadableReason(d.Headers, l.nonce); reason != "" {
+			if err := c.deadLetter(d, reason, "headers the client cannot read"); err != nil {
+				return err
+			}
+			rejected[i] = true
+			continue
+		}
 		entry, tenant, rej := c.check(d)
 		if rej != nil {
-			dc, err := c.quarantine(ctx, quarantine, d, rej)
+			dc, err := c.quarantine(ctx, l, d, rej)
 			if err != nil {
 				return err
 			}
-			confirms = append(confirms, dc)
+			if dc == nil {
+				if err := c.deadLetter(d, rej.reason, "the quarantine copy would not fit in one frame"); err != nil {
+					return err
+				}
+				rejected[i] = true
+			} else {
+				confirms = append(confirms, pending{i, rej.reason, dc})
+			}
 			continue
 		}
 		accounts := c.router.AccountsFor(tenant, entry.Source)
@@ -221,10 +259,19 @@ func (c *Consumer) handle(ctx context.Context, quarantine *amqp.Channel, batch [
 		}
 		appends = append(appends, store.Append{Entry: entry, Accounts: accounts})
 	}
-	for _, dc := range confirms {
-		if ok, err := dc.WaitContext(context.WithoutCancel(ctx)); err != nil || !ok {
-			return fmt.Errorf("quarantine publish not confirmed (ok=%v): %v", ok, err)
+	for _, p := range confirms {
+		ok, err := p.dc.WaitContext(context.WithoutCancel(ctx))
+		if err != nil {
+			return fmt.Errorf("quarantine publish not confirmed: %w", err)
 		}
+		if !ok {
+			if err := c.deadLetter(batch[p.i], p.reason, "the broker refused the quarantine copy"); err != nil {
+				return err
+			}
+			rejected[p.i] = true
+			continue
+		}
+		m.Quarantined.WithLabelValues(p.reason).Inc()
 	}
 	results, err := c.appendUntilStored(ctx, appends)
 	if err != nil {
@@ -240,11 +287,35 @@ func (c *Consumer) handle(ctx context.Context, quarantine *amqp.Channel, batch [
 	if c.opts.AfterAppend != nil {
 		c.opts.AfterAppend()
 	}
-	// Every message up to the last of the batch is settled: one multiple-ack covers them.
-	if err := batch[len(batch)-1].Ack(true); err != nil {
-		return fmt.Errorf("ack: %w", err)
+	// Every message of the batch not rejected is settled: one multiple-ack of the last
+	// of them covers them all (the broker skips the rejected ones; a multiple-ack of a
+	// rejected one would fail as an unknown delivery tag and close the channel).
+	for i := len(batch) - 1; i >= 0; i-- {
+		if rejected[i] {
+			continue
+		}
+		if err := batch[i].Ack(true); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+		break
 	}
-	m.Acked.Add(float64(len(batch)))
+	for _, r := range rejected {
+		if !r {
+			m.Acked.Inc()
+		}
+	}
+	return nil
+}
+
+// deadLetter rejects d without requeue: the broker moves it, unchanged but for its
+// x-death header, to the quarantine exchange (the queue's dead-letter exchange).
+func (c *Consumer) deadLetter(d amqp.Delivery, reason, why string) error {
+	if err := d.Nack(false, false); err != nil {
+		return fmt.Errorf("reject to the dead-letter exchange: %w", err)
+	}
+	c.opts.Metrics.DeadLettered.WithLabelValues(reason).Inc()
+	c.opts.Logger.Warn("message dead-lettered to the quarantine", "reason", reason, "why", why,
+		"routing_key", d.RoutingKey, "message_id", d.MessageId)
 	return nil
 }
 
@@ -272,32 +343,156 @@ func (c *Consumer) appendUntilStored(ctx context.Context, appends []store.Append
 	}
 }
 
-// quarantine republishes the whole message, with why, to the quarantine exchange.
-func (c *Consumer) quarantine(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, rej *rejection) (*amqp.DeferredConfirmation, error) {
-	headers := make(amqp.Table, len(d.Headers)+4)
+// quarantine republishes the whole message, every property kept, with why, to the
+// quarantine exchange. It returns a nil confirmation, publishing nothing, when the copy
+// would not fit in one frame (the broker would close the connection).
+func (c *Consumer) quarantine(ctx context.Context, l link, d amqp.Delivery, rej *rejection) (*amqp.DeferredConfirmation, error) {
+	msg := quarantineCopy(d, rej)
+	if size := headerFrameSize(msg); size < 0 || (l.frameMax > 0 && size > l.frameMax) {
+		return nil, nil
+	}
+	dc, err := l.quarantine.PublishWithDeferredConfirmWithContext(context.WithoutCancel(ctx), c.opts.Topology.QuarantineExchange, d.RoutingKey, false, false, msg)
+	if err != nil {
+		return nil, fmt.Errorf("quarantine publish: %w", err)
+	}
+	c.opts.Logger.Warn("message quarantined", "reason", rej.reason, "detail", boundDetail(rej.detail), "routing_key", d.RoutingKey, "message_id", d.MessageId)
+	return dc, nil
+}
+
+// maxDetail bounds x-relay-detail: the detail can quote what the publisher sent.
+const maxDetail = 256
+
+// quarantineCopy is d as it was published, with x-relay-* headers saying why. Two
+// properties become headers: user_id (the broker refuses a publish whose user_id is not
+// the publishing connection's user) and expiration (the copy must not expire).
+func quarantineCopy(d amqp.Delivery, rej *rejection) amqp.Publishing {
+	headers := make(amqp.Table, len(d.Headers)+6)
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
 	headers["x-relay-reason"] = rej.reason
-	headers["x-relay-detail"] = rej.detail
+	headers["x-relay-detail"] = boundDetail(rej.detail)
 	headers["x-relay-exchange"] = d.Exchange
 	headers["x-relay-routing-key"] = d.RoutingKey
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.WithoutCancel(ctx), c.opts.Topology.QuarantineExchange, d.RoutingKey, false, false, amqp.Publishing{
+	if d.UserId != "" {
+		headers["x-relay-user-id"] = d.UserId
+	}
+	if d.Expiration != "" {
+		headers["x-relay-expiration"] = d.Expiration
+	}
+	return amqp.Publishing{
 		Headers:         headers,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    amqp.Persistent,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
 		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
 		MessageId:       d.MessageId,
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
 		AppId:           d.AppId,
 		Body:            d.Body,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("quarantine publish: %w", err)
 	}
-	c.opts.Metrics.Quarantined.WithLabelValues(rej.reason).Inc()
-	c.opts.Logger.Warn("message quarantined", "reason", rej.reason, "detail", rej.detail, "routing_key", d.RoutingKey, "message_id", d.MessageId)
-	return dc, nil
+}
+
+// boundDetail returns s as valid UTF-8 of at most maxDetail bytes, marked when cut.
+func boundDetail(s string) string {
+	const cut = "… (truncated)"
+	if len(s) <= maxDetail && utf8.ValidString(s) {
+		return s
+	}
+	long := len(s) > maxDetail
+	if long {
+		s = s[:maxDetail-len(cut)]
+	}
+	s = strings.ToValidUTF8(s, "?") // a rune split by the cut, too
+	if long {
+		s += cut
+	}
+	return s
+}
+
+// headerFrameSize is the size of the content header frame amqp091-go sends for p
+// (frame header and end included), or -1 if amqp091-go could not encode it.
+func headerFrameSize(p amqp.Publishing) int {
+	n := 8 + 14 // frame header and end; class, weight, body size, property flags
+	for _, s := range []string{p.ContentType, p.ContentEncoding, p.CorrelationId, p.ReplyTo, p.Expiration, p.MessageId, p.Type, p.UserId, p.AppId} {
+		if len(s) > 255 {
+			return -1
+		}
+		if s != "" {
+			n += 1 + len(s)
+		}
+	}
+	if p.DeliveryMode > 0 {
+		n++
+	}
+	if p.Priority > 0 {
+		n++
+	}
+	if !p.Timestamp.IsZero() {
+		n += 8
+	}
+	if len(p.Headers) > 0 {
+		t := tableSize(p.Headers)
+		if t < 0 {
+			return -1
+		}
+		n += 4 + t
+	}
+	return n
+}
+
+// tableSize is the encoded size of a field table's entries, as amqp091-go writes them.
+func tableSize(t amqp.Table) int {
+	n := 0
+	for k, v := range t {
+		f := fieldSize(v)
+		if f < 0 || len(k) > 255 {
+			return -1
+		}
+		n += 1 + len(k) + f
+	}
+	return n
+}
+
+// fieldSize is the encoded size of one field value, type octet included (amqp091-go
+// write.go writeField), or -1 for a type it cannot write.
+func fieldSize(v any) int {
+	switch v := v.(type) {
+	case nil:
+		return 1
+	case bool, byte, int8:
+		return 2
+	case int16, uint16:
+		return 3
+	case int, int32, uint32, float32:
+		return 5
+	case amqp.Decimal:
+		return 6
+	case int64, float64, time.Time:
+		return 9
+	case string:
+		return 5 + len(v)
+	case []byte:
+		return 5 + len(v)
+	case amqp.Table:
+		t := tableSize(v)
+		if t < 0 {
+			return -1
+		}
+		return 5 + t
+	case []any:
+		n := 5
+		for _, e := range v {
+			f := fieldSize(e)
+			if f < 0 {
+				return -1
+			}
+			n += f
+		}
+		return n
+	}
+	return -1
 }

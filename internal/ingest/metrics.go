@@ -10,7 +10,13 @@ type Metrics struct {
 	Duplicates  prometheus.Counter
 	Unrouted    prometheus.Counter
 	Quarantined *prometheus.CounterVec
-	StoreErrors prometheus.Counter
+	// DeadLettered counts messages rejected to the broker's dead-letter exchange (the
+	// quarantine) because ingest could not republish them itself.
+	DeadLettered *prometheus.CounterVec
+	StoreErrors  prometheus.Counter
+	// ConnectionLosses counts established broker connections that ended other than by
+	// shutdown.
+	ConnectionLosses prometheus.Counter
 }
 
 // NewMetrics creates the ingest metrics and registers them on reg (nil: not registered).
@@ -34,12 +40,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relay_events_quarantined_total", Help: "Messages that failed verification, republished to the quarantine exchange.",
 		}, []string{"reason"}),
+		DeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_events_dead_lettered_total", Help: "Messages rejected so that the broker dead-letters them, unchanged, to the quarantine (the copy would not fit in a frame, or the headers are unreadable).",
+		}, []string{"reason"}),
 		StoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_store_append_errors_total", Help: "Failed append round trips to Redis (the batch is retried, nothing is acked).",
 		}),
+		ConnectionLosses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_ingest_connection_losses_total", Help: "Established broker connections of ingest that were lost (not closed by shutdown).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Consumed, m.Acked, m.Stored, m.Duplicates, m.Unrouted, m.Quarantined, m.StoreErrors)
+		reg.MustRegister(m.Consumed, m.Acked, m.Stored, m.Duplicates, m.Unrouted, m.Quarantined, m.DeadLettered, m.StoreErrors, m.ConnectionLosses)
 	}
 	return m
 }

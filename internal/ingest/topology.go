@@ -57,6 +57,12 @@ func (t Topology) declare(ch *amqp.Channel) error {
 	queueArgs := amqp.Table{
 		amqp.QueueTypeArg:            amqp.QueueTypeQuorum,
 		amqp.SingleActiveConsumerArg: true,
+		// A message ingest cannot republish to the quarantine (its copy would not fit
+		// in a frame, its headers cannot be read) is rejected, and the broker moves the
+		// original there itself, keeping it until the quarantine queue has it.
+		"x-dead-letter-exchange": t.QuarantineExchange,
+		"x-dead-letter-strategy": "at-least-once",
+		"x-overflow":             "reject-publish", // at-least-once requires it
 	}
 	if _, err := ch.QueueDeclare(t.Queue, true, false, false, false, queueArgs); err != nil {
 		return declareErr(err, "queue", t.Queue, true)
