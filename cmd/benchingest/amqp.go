@@ -7,7 +7,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
 )
 
 // declare makes a durable topic exchange and a durable quorum queue bound to it for the
