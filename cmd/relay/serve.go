@@ -101,15 +101,18 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		return err
 	}
 	defer closeSinks()
-	notifier := notify.New(cfg.RabbitMQ.URL, cfg.Delivery.OperatorEventsExchange)
-	defer notifier.Close()
+	owner := replicaName()
+	// Operator events wait in Redis outboxes until the broker confirms them.
+	outbox := notify.New(notify.Options{URL: cfg.RabbitMQ.URL, Exchange: cfg.Delivery.OperatorEventsExchange,
+		Store: st, Consumer: owner, Logger: log.With("component", "notify"), Metrics: notify.NewMetrics(reg)})
+	outbox.SetAccounts(accountIDs(cfg.Accounts))
 	disp := dispatch.New(dispatch.Options{
 		Store:    st,
 		Sinks:    sinks,
 		Delivery: cfg.Delivery,
-		Owner:    replicaName(),
+		Owner:    owner,
 		Accounts: cfg.Accounts,
-		Notifier: notifier,
+		Outbox:   outbox,
 		Logger:   log.With("component", "dispatch"),
 		Metrics:  dispatch.NewMetrics(reg),
 	})
@@ -141,9 +144,10 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	rl := &reloader{path: path, getenv: e.getenv, log: log, disp: disp, api: apiSrv, current: cfg}
 	var wg sync.WaitGroup
 	var ingestErr error
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); ingestErr = consumer.Run(ctx) }()
 	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
+	go func() { defer wg.Done(); _ = outbox.Run(ctx) }()
 	go func() {
 		defer wg.Done()
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -241,6 +245,15 @@ func restartOnly(old, next *config.Config) []string {
 	check("accounts", old.Accounts, next.Accounts)
 	check("identity (the sinks'; cards show the new one now)", old.Identity, next.Identity)
 	return out
+}
+
+// accountIDs lists the accounts' ids: the outboxes the drainer empties.
+func accountIDs(accounts []config.Account) []string {
+	ids := make([]string, len(accounts))
+	for i, a := range accounts {
+		ids[i] = a.ID
+	}
+	return ids
 }
 
 // replicaName names this process in destination leases: unique per start.
