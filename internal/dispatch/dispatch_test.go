@@ -299,9 +299,7 @@ func TestNotTakenNeverCountsAndTwentyRejectionsInARowDisable(t *testing.T) {
 		notes[0].LastFailure.Message != "AccessDeniedException: the role may not write to the bus" {
 		t.Fatalf("operator events = %+v, want one destination.disabled with the card's last failure", notes)
 	}
-	if r.nudges.n.Load() != 1 {
-		t.Errorf("%d nudges to the outbox's drainer, want 1", r.nudges.n.Load())
-	}
+	waitFor(t, "the drainer nudged", func() bool { return r.nudges.n.Load() > 0 })
 	if n := countIn(r.channelTypes(store.DestinationChannel("orders")), "destination.disabled"); n != 1 {
 		t.Errorf("%d destination.disabled channel events, want 1", n)
 	}
