@@ -109,15 +109,18 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		return err
 	}
 	defer closeSinks()
-	notifier := notify.New(cfg.RabbitMQ.URL, cfg.Delivery.OperatorEventsExchange)
-	defer notifier.Close()
+	owner := replicaName()
+	// Operator events wait in Redis outboxes until the broker confirms them.
+	outbox := notify.New(notify.Options{URL: cfg.RabbitMQ.URL, Exchange: cfg.Delivery.OperatorEventsExchange,
+		Store: st, Consumer: owner, Logger: log.With("component", "notify"), Metrics: notify.NewMetrics(reg)})
+	outbox.SetAccounts(accountIDs(cfg.Accounts))
 	disp := dispatch.New(dispatch.Options{
 		Store:    st,
 		Sinks:    sinks,
 		Delivery: cfg.Delivery,
-		Owner:    replicaName(),
+		Owner:    owner,
 		Accounts: cfg.Accounts,
-		Notifier: notifier,
+		Outbox:   outbox,
 		Logger:   log.With("component", "dispatch"),
 		Metrics:  dispatch.NewMetrics(reg),
 	})
@@ -152,10 +155,11 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
 		"api", ln.Addr().String())
-	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, api: apiSrv, current: cfg, store: st}
+	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
+		current: cfg, store: st}
 	var wg sync.WaitGroup
 	var ingestErr error
-	wg.Add(5)
+	wg.Add(6)
 	go func() {
 		defer wg.Done()
 		if ingestErr = consumer.Run(ctx); ingestErr != nil {
@@ -164,6 +168,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		}
 	}()
 	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
+	go func() { defer wg.Done(); _ = outbox.Run(ctx) }()
 	go func() {
 		defer wg.Done()
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -207,6 +212,7 @@ type reloader struct {
 	log     *slog.Logger
 	ingest  *ingest.Consumer
 	disp    *dispatch.Dispatcher
+	outbox  *notify.Drainer
 	api     *api.Server
 	current *config.Config
 	store   *store.Store // to refuse a file that would change an issued ExternalId
@@ -221,6 +227,7 @@ type reloader struct {
 //   - ingest routes by the new accounts from its next batch (SetRouter waits for the batch
 //     in hand), so every event it takes after the line goes to the accounts configured
 //     then, and lands after the new destinations' cursors;
+//   - the outbox drainer empties the new accounts' outboxes;
 //   - the API takes the tokens, accounts and identity.
 //
 // A removed account's log and destination state stay in Redis; its events are unrouted
@@ -252,6 +259,7 @@ func (r *reloader) reload(ctx context.Context) {
 		return
 	}
 	r.disp.SetAccounts(next.Accounts)
+	r.outbox.SetAccounts(accountIDs(next.Accounts))
 	r.ingest.SetRouter(next)
 	r.api.Reload(next)
 	for _, setting := range restartOnly(r.current, next) {
@@ -283,6 +291,15 @@ func restartOnly(old, next *config.Config) []string {
 	check("delivery", old.Delivery, next.Delivery)
 	check("identity (the sinks'; cards show the new one now)", old.Identity, next.Identity)
 	return out
+}
+
+// accountIDs lists the accounts' ids: the outboxes the drainer empties.
+func accountIDs(accounts []config.Account) []string {
+	ids := make([]string, len(accounts))
+	for i, a := range accounts {
+		ids[i] = a.ID
+	}
+	return ids
 }
 
 // replicaName names this process in destination leases: unique per start.

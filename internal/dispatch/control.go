@@ -126,23 +126,18 @@ type checker interface {
 	Check(ctx context.Context, d destination.Destination) error
 }
 
-// announceDisabled publishes destination.disabled with the card's last failure, so the
-// platform's mailer can tell the customer.
+// announceDisabled runs after a script disabled dest: the script wrote
+// destination.disabled, with the card's last failure, to the account's outbox in the
+// same step, so the platform's mailer can tell the customer. Here it is logged, and the
+// outbox's drainer nudged to publish it now. Nothing here waits on the broker.
 func (d *Dispatcher) announceDisabled(ctx context.Context, dest destination.Destination) {
-	ev := OperatorEvent{Type: "destination.disabled", Destination: dest.ID, Account: dest.Account,
-		Connector: string(dest.Connector), At: d.opts.Now().UTC()}
-	if st, err := d.opts.Store.LoadState(ctx, ref(dest)); err == nil {
-		ev.LastFailure = st.LastFailure
-		if st.Disabled != nil {
-			ev.Reason, ev.At = st.Disabled.Reason, st.Disabled.At
-		}
+	reason := ""
+	if st, err := d.opts.Store.LoadState(ctx, ref(dest)); err == nil && st.Disabled != nil {
+		reason = st.Disabled.Reason
 	}
-	d.opts.Logger.Warn("destination disabled", "destination", dest.ID, "reason", ev.Reason)
-	if d.opts.Notifier == nil {
-		return
-	}
-	body, _ := json.Marshal(ev) // plain strings and times always marshal
-	if err := d.opts.Notifier.Notify(context.WithoutCancel(ctx), ev.Type, body); err != nil {
-		d.opts.Logger.Error("operator event not published", "destination", dest.ID, "error", err)
+	d.opts.Logger.Warn("destination disabled; destination.disabled is in the outbox", "destination", dest.ID,
+		"account", dest.Account, "reason", reason)
+	if d.opts.Outbox != nil {
+		d.opts.Outbox.Nudge()
 	}
 }

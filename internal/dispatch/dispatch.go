@@ -28,21 +28,11 @@ type Sink interface {
 	Send(ctx context.Context, d destination.Destination, m destination.Message) error
 }
 
-// Notifier tells the platform about operator events (destination.disabled), so its
-// mailer can tell the customer. The body is the OperatorEvent as JSON.
-type Notifier interface {
-	Notify(ctx context.Context, eventType string, body []byte) error
-}
-
-// OperatorEvent is published when a destination is disabled.
-type OperatorEvent struct {
-	Type        string         `json:"type"`
-	Destination string         `json:"destination"`
-	Account     string         `json:"account"`
-	Connector   string         `json:"connector"`
-	At          time.Time      `json:"at"`
-	Reason      string         `json:"reason"`
-	LastFailure *store.Failure `json:"last_failure"`
+// Nudger is told, without blocking, that a script just wrote an operator event
+// (destination.disabled) to an account's outbox, so it is published now rather than at
+// the next sweep (notify.Drainer).
+type Nudger interface {
+	Nudge()
 }
 
 // Options configure a Dispatcher.
@@ -52,7 +42,7 @@ type Options struct {
 	Delivery config.Delivery
 	Owner    string           // this replica's name in leases; random when empty
 	Accounts []config.Account // for each account's store id path; SetAccounts replaces them
-	Notifier Notifier         // nil: operator events are only logged
+	Outbox   Nudger           // nil: operator events wait for the outbox's periodic sweep
 	Logger   *slog.Logger     // nil: discarded
 	Metrics  *Metrics         // nil: not exported
 	Poll     time.Duration    // how often an idle worker looks again without a wake-up (default 1s)
@@ -216,7 +206,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 func ref(dest destination.Destination) store.Ref {
-	return store.Ref{Account: dest.Account, ID: dest.ID}
+	return store.Ref{Account: dest.Account, ID: dest.ID, Connector: string(dest.Connector)}
 }
 
 func randomHex(n int) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,33 +52,16 @@ func (s *testSink) got(dest string) []string {
 	return slices.Clone(s.delivered[dest])
 }
 
-type notifications struct {
-	mu     sync.Mutex
-	events []OperatorEvent
-}
+// nudges counts the dispatcher's nudges to the outbox's drainer.
+type nudges struct{ n atomic.Int64 }
 
-func (n *notifications) Notify(_ context.Context, eventType string, body []byte) error {
-	var ev OperatorEvent
-	if err := json.Unmarshal(body, &ev); err != nil || ev.Type != eventType {
-		return fmt.Errorf("bad operator event %s: %v", body, err)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.events = append(n.events, ev)
-	return nil
-}
-
-func (n *notifications) list() []OperatorEvent {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.events)
-}
+func (n *nudges) Nudge() { n.n.Add(1) }
 
 type rig struct {
 	t       *testing.T
 	store   *store.Store
 	sink    *testSink
-	notes   *notifications
+	nudges  *nudges
 	d       *Dispatcher
 	clock   atomic.Int64 // offset added to the real clock, ns
 	nextJob int
@@ -99,9 +83,9 @@ func newRig(t *testing.T, sink *testSink, dests ...destination.Destination) *rig
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	r := &rig{t: t, store: st, sink: sink, notes: &notifications{}}
+	r := &rig{t: t, store: st, sink: sink, nudges: &nudges{}}
 	r.d = New(Options{
-		Store: st, Delivery: delivery(), Notifier: r.notes, Poll: 20 * time.Millisecond,
+		Store: st, Delivery: delivery(), Outbox: r.nudges, Poll: 20 * time.Millisecond,
 		Sinks: map[destination.Connector]Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
 		Now:   func() time.Time { return time.Now().Add(time.Duration(r.clock.Load())) },
 	})
@@ -109,6 +93,25 @@ func newRig(t *testing.T, sink *testSink, dests ...destination.Destination) *rig
 		t.Fatal(err)
 	}
 	return r
+}
+
+// outbox decodes the operator events waiting in the account's outbox, checking that
+// each entry's id and routing key are its body's.
+func (r *rig) outbox() []store.OperatorEvent {
+	r.t.Helper()
+	entries, err := r.store.Outbox(context.Background(), acct)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []store.OperatorEvent
+	for _, e := range entries {
+		var ev store.OperatorEvent
+		if err := json.Unmarshal(e.Body, &ev); err != nil || ev.ID == "" || ev.ID != e.ID || ev.Type != e.Type {
+			r.t.Fatalf("outbox entry %+v (body %s): %v", e, e.Body, err)
+		}
+		out = append(out, ev)
+	}
+	return out
 }
 
 func (r *rig) start() {
@@ -288,11 +291,15 @@ func TestNotTakenNeverCountsAndTwentyRejectionsInARowDisable(t *testing.T) {
 	if st.ConsecutiveFailures != 20 || st.Disabled == nil || st.LastFailure == nil || st.LastFailure.Class != "rejected" {
 		t.Fatalf("disabled state = %+v", st)
 	}
-	waitFor(t, "the operator event", func() bool { return len(r.notes.list()) > 0 })
-	notes := r.notes.list()
-	if len(notes) != 1 || notes[0].Type != "destination.disabled" || notes[0].LastFailure == nil {
-		t.Fatalf("operator events = %+v, want one destination.disabled with the last failure", notes)
+	// The commit that disabled wrote the operator event to the outbox, in the same script.
+	notes := r.outbox()
+	if len(notes) != 1 || notes[0].Type != "destination.disabled" || notes[0].LastFailure == nil ||
+		notes[0].Destination != "orders" || notes[0].Account != acct || notes[0].Connector != "eventbridge" ||
+		notes[0].Reason != st.Disabled.Reason || notes[0].LastFailure.Class != "rejected" ||
+		notes[0].LastFailure.Message != "AccessDeniedException: the role may not write to the bus" {
+		t.Fatalf("operator events = %+v, want one destination.disabled with the card's last failure", notes)
 	}
+	waitFor(t, "the drainer nudged", func() bool { return r.nudges.n.Load() > 0 })
 	if n := countIn(r.channelTypes(store.DestinationChannel("orders")), "destination.disabled"); n != 1 {
 		t.Errorf("%d destination.disabled channel events, want 1", n)
 	}
@@ -322,8 +329,8 @@ func TestPausedDestinationGetsNothingAndResumesWithNewEvents(t *testing.T) {
 	if !slices.Contains(types, "destination.paused") || !slices.Contains(types, "destination.activated") {
 		t.Errorf("channel %v lacks paused/activated", types)
 	}
-	if len(r.notes.list()) != 0 {
-		t.Errorf("a pause published operator events: %+v", r.notes.list())
+	if notes := r.outbox(); len(notes) != 0 {
+		t.Errorf("a pause wrote operator events: %+v", notes)
 	}
 }
 
@@ -349,8 +356,24 @@ func TestOperatorDisableCascadesWithinTheSameCloudAccount(t *testing.T) {
 	if st := r.state("elsewhere"); st.Status != store.Active {
 		t.Errorf("a destination in another AWS account was disabled too")
 	}
-	if n := len(r.notes.list()); n != 2 {
-		t.Errorf("%d operator events, want 2", n)
+	notes := r.outbox()
+	var got []string
+	for _, n := range notes {
+		got = append(got, n.Destination)
+		if n.Type != "destination.disabled" || !strings.Contains(n.Reason, "customer asked") {
+			t.Errorf("operator event %+v, want destination.disabled with the operator's reason", n)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		t.Errorf("operator events for %v, want one for each of %v", got, ids)
+	}
+	// Disabling again changes nothing and writes no second event.
+	if _, err := r.d.Disable(context.Background(), "orders", "again"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.outbox()); n != 2 {
+		t.Errorf("%d operator events after a second disable, want 2", n)
 	}
 	if _, err := r.d.Disable(context.Background(), "nope", ""); err != ErrNotFound {
 		t.Errorf("unknown id: %v, want ErrNotFound", err)
@@ -384,6 +407,22 @@ func TestSendATestGoesThroughTheSinkAndCounts(t *testing.T) {
 	attempts, err := r.store.Attempts(context.Background(), store.Ref{Account: acct, ID: "orders"}, 0, 10)
 	if err != nil || len(attempts) != 2 || attempts[0].Outcome != "rejected" || attempts[1].Outcome != "delivered" {
 		t.Fatalf("attempt log = %+v, %v", attempts, err)
+	}
+	// The 20th rejected test disables the destination, and its commit writes the
+	// operator event to the outbox like a delivery's would.
+	for i := 2; i <= 20; i++ {
+		if notes := r.outbox(); len(notes) != 0 {
+			t.Fatalf("an operator event after %d rejections: %+v", i-1, notes)
+		}
+		if _, err := r.d.Test(context.Background(), "orders"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.state("orders")
+	notes := r.outbox()
+	if st.Status != store.Disabled || len(notes) != 1 || notes[0].Destination != "orders" ||
+		notes[0].LastFailure == nil || notes[0].LastFailure.Message != "the bus does not exist" {
+		t.Fatalf("after 20 rejected tests: %s, operator events %+v; want disabled and one event with the last failure", st.Status, notes)
 	}
 }
 

@@ -53,6 +53,7 @@ local event_id, message_id, message = ARGV[4], ARGV[5], ARGV[6]
 local now_ms, iso = tonumber(ARGV[7]), ARGV[8]
 local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local dest_id, is_test = ARGV[12], ARGV[13] == '1'
+local acct, connector, notice_id = ARGV[14], ARGV[15], ARGV[16]
 if token ~= '0' and redis.call('HGET', KEYS[1], 'lease_token') ~= token then
   return redis.error_reply('STALE lease token superseded')
 end
@@ -103,6 +104,7 @@ local disabled = 0
 if kind == 'rejected' and failures >= disable_after and status == 'active' then
   local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
   redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = reason}))
+  announce_disabled(KEYS[7], notice_id, acct, dest_id, connector, iso, reason)
   status = 'disabled'
   disabled = 1
   seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason})
@@ -111,19 +113,25 @@ return {status, disabled, seq, redis.call('HGET', KEYS[1], 'cursor')}
 `)
 
 // Commit records one attempt atomically: the cursor, the count, the last failure or
-// delivery, the attempt log and the channel events — or nothing, when the lease token
-// is stale (ErrStaleLease).
+// delivery, the attempt log and the channel events, and, when it disables the
+// destination, destination.disabled in the account's outbox — or nothing, when the lease
+// token is stale (ErrStaleLease).
 func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	now := time.Now()
-	keys := append(c.Ref.chanKeys(), attemptsKey(c.Account, c.ID))
+	keys := append(c.Ref.chanKeys(), attemptsKey(c.Account, c.ID), outboxKey(c.Account))
 	test := "0"
 	if c.Test {
 		test = "1"
+	}
+	noticeID := "" // only a rejection can disable
+	if c.Kind == KindRejected {
+		noticeID = newNoticeID()
 	}
 	res, err := commitScript.Run(ctx, s.rdb, keys,
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, c.Message,
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
+		c.Account, c.Connector, noticeID,
 	).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):

@@ -11,6 +11,10 @@ func attemptsKey(acct, id string) string {
 	return "relay:{" + acct + "}:attempts:" + id
 }
 
+// outboxKey is the account's outbox: operator events waiting to be published (a stream
+// read through the consumer group outboxGroup).
+func outboxKey(acct string) string { return "relay:{" + acct + "}:outbox" }
+
 // chanKey and chanSeqKey hold a channel's events and its sequence counter.
 func chanKey(acct, channel string) string    { return "relay:{" + acct + "}:chan:" + channel }
 func chanSeqKey(acct, channel string) string { return "relay:{" + acct + "}:chan:" + channel + ":seq" }

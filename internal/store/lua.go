@@ -46,6 +46,15 @@ local function emit_both(etype, now_ms, cutoff, fields)
   return seq
 end
 
+-- announce_disabled appends destination.disabled to the account's outbox, for
+-- notify.Drainer to publish: the body the platform's mailer reads (OperatorEvent), with
+-- the id it dedups on. KEYS[1] is the destination hash, its last failure the card's.
+local function announce_disabled(outbox, id, acct, dest_id, connector, iso, reason)
+  local body = cjson.encode({id = id, type = 'destination.disabled', destination = dest_id, account = acct,
+    connector = connector, at = iso, reason = reason, last_failure = dec(redis.call('HGET', KEYS[1], 'last_failure'))})
+  redis.call('XADD', outbox, '*', 'id', id, 'type', 'destination.disabled', 'body', body)
+end
+
 -- id_after reports whether stream id a comes after b.
 local function id_after(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')

@@ -51,8 +51,9 @@ type State struct {
 	Sequence            int64 // last sequence of the destination's channel
 }
 
-// Ref names one destination and its account (the key hash tag).
-type Ref struct{ Account, ID string }
+// Ref names one destination and its account (the key hash tag). Connector is carried
+// into the operator event a disable writes; no key depends on it.
+type Ref struct{ Account, ID, Connector string }
 
 // chanKeys are KEYS[1..5] of every script that emits: the destination hash, then its
 // channel and counter, then the account's channel and counter.
@@ -151,6 +152,7 @@ elseif want == 'active' then
   etype = 'destination.activated'
 else
   redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = ARGV[5]}))
+  announce_disabled(KEYS[7], ARGV[9], ARGV[7], ARGV[6], ARGV[8], iso, ARGV[5])
   etype = 'destination.disabled'
 end
 return {1, emit_both(etype, now_ms, cutoff, {destination = ARGV[6], reason = ARGV[5]})}
@@ -158,15 +160,20 @@ return {1, emit_both(etype, now_ms, cutoff, {destination = ARGV[6], reason = ARG
 
 // SetStatus pauses, activates or disables a destination and appends the matching
 // channel event. Activating resets the count and moves the cursor to the end of the log.
+// Disabling also writes destination.disabled to the account's outbox, in the same script.
 // changed is false when the destination already had that status.
 func (s *Store) SetStatus(ctx context.Context, r Ref, status, reason string, channelRetention time.Duration) (changed bool, err error) {
 	if status != Active && status != Paused && status != Disabled {
 		return false, fmt.Errorf("unknown status %q", status)
 	}
 	now := time.Now()
-	keys := append(r.chanKeys(), logKey(r.Account))
+	noticeID := ""
+	if status == Disabled {
+		noticeID = newNoticeID()
+	}
+	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account))
 	res, err := statusScript.Run(ctx, s.rdb, keys, status, now.UnixMilli(), now.Add(-channelRetention).UnixMilli(),
-		now.UTC().Format(time.RFC3339Nano), reason, r.ID).Int64Slice()
+		now.UTC().Format(time.RFC3339Nano), reason, r.ID, r.Account, r.Connector, noticeID).Int64Slice()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
 		return false, ErrUnknownDestination
 	}
