@@ -89,7 +89,7 @@ func TestExampleFromTheContractParses(t *testing.T) {
 				MaxBodyBytes: 65536, MaxConnections: 4096},
 			SubscriptionsPerToken: 50, SubscriptionsPerAccount: 200,
 			TestsPerDestination: Rate{Count: 6, Per: time.Minute}, TestsPerAccount: Rate{Count: 30, Per: time.Minute}},
-		AWS:         AWS{Region: "us-east-1", Endpoints: map[string]string{}},
+		AWS: AWS{Region: "us-east-1", Endpoints: map[string]string{}},
 		Delivery: Delivery{NotTakenBackoff: Backoff{Initial: time.Second, Max: 5 * time.Minute}, MaxMessageAge: 72 * time.Hour, DisableAfter: 20,
 			LeaseTTL: 15 * time.Second, ChannelRetention: 168 * time.Hour, LabelRecheck: 15 * time.Minute, AttemptsRetention: 720 * time.Hour,
 			OperatorEventsExchange: "relay.operator.events"},
