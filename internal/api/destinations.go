@@ -157,7 +157,7 @@ func (s *Server) disable(w http.ResponseWriter, r *http.Request, p principal) {
 	var body struct {
 		Reason string `json:"reason"`
 	}
-	if b, e := readBody(w, r); e != nil {
+	if b, e := readBody(r); e != nil {
 		writeError(w, e)
 		return
 	} else if len(b) > 0 && json.Unmarshal(b, &body) != nil {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/mercamap/relay/internal/config"
 )
@@ -27,7 +26,8 @@ func (s *Server) HTTPServer(errorLog *log.Logger) *http.Server {
 		ReadHeaderTimeout: h.ReadHeaderTimeout,
 		// ReadTimeout bounds the request with its body, and the unread rest of a body the
 		// server drains after an answer: a client that declares a body and never sends it
-		// is cut then. limitRequests lifts it once nothing is left to read.
+		// is cut then. It does not bound the answer: net/http lifts the deadline once the
+		// body is read, so a subscription or a test send runs as long as it needs.
 		ReadTimeout: h.ReadTimeout,
 		IdleTimeout: h.IdleTimeout,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -133,24 +133,18 @@ func authenticated(r *http.Request) {
 	}
 }
 
-// limitRequests bounds every request body at max_body_bytes, and lifts the read
-// deadline of a request that has nothing left to read: net/http cancels a request's
-// context when ReadTimeout passes, which would end a subscription or a test send that
-// runs longer.
+// limitRequests bounds every request body at max_body_bytes.
 func (s *Server) limitRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
-			_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // unsupported writers: none was set
-		} else {
+		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(w, r.Body, s.httpLimits.MaxBodyBytes)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// readBody reads a request body whole, within max_body_bytes, then lifts the read
-// deadline as limitRequests does for a request without one.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+// readBody reads a request body whole, within max_body_bytes.
+func readBody(r *http.Request) ([]byte, *apiError) {
 	b, err := io.ReadAll(r.Body)
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -159,7 +153,6 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	case err != nil:
 		return nil, errInvalid("cannot read the body")
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return b, nil
 }
 
