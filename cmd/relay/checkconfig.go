@@ -16,6 +16,7 @@ func checkConfigCmd(e env) *cobra.Command {
 		Short: "Validate a config file and print every problem with its path",
 		Long: `check-config reads the YAML config (and every env: / file: secret it references),
 prints each problem on its own line as "path: message", and exits non-zero when there is any.
+A warning ("path: warning: message", such as a secret file others can read) does not fail it.
 serve refuses to start on the same problems. When the file is valid and has AWS
 destinations, it also reads redis.url (a few seconds at most) and refuses a file that would
 change an ExternalId Redis already holds; when Redis cannot be reached it says the
@@ -43,6 +44,9 @@ comparison was not made, and serve makes it at start and on reload.`,
 			}
 			if skipped != "" {
 				fmt.Fprintln(e.stdout, skipped)
+			}
+			for _, w := range cfg.Warnings {
+				fmt.Fprintf(e.stdout, "%s: warning: %s\n", w.Path, w.Message)
 			}
 			fmt.Fprintf(e.stdout, "%s: ok (%d accounts, %d destinations)\n", path, len(cfg.Accounts), len(cfg.Destinations))
 			return nil

@@ -69,3 +69,38 @@ accounts:
 		t.Fatalf("a good file: %q, %v", out, err)
 	}
 }
+
+func TestCheckConfigWarnsOfASecretFileOthersCanReadAndRefusesDevZero(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(tokenFile, []byte("admin-token-s3cret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tokenFile, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	cfg := func(ref string) string {
+		path := filepath.Join(dir, "relay.yaml")
+		doc := `
+rabbitmq: {url: "amqp://guest:guest@127.0.0.1:5672/", exchange: fetcher.job.events}
+redis: {url: "redis://127.0.0.1:6379/0"}
+signature: {keys: [env:HMAC]}
+api: {tokens: [{scope: admin, token: "file:` + ref + `"}]}
+`
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	out, err := runRelay(t, map[string]string{"HMAC": testKeyHex}, "", "check-config", "--config", cfg(tokenFile))
+	if err != nil || !strings.Contains(out, "api.tokens[0].token: warning: ") || !strings.Contains(out, "mode 0644") || !strings.Contains(out, ": ok") {
+		t.Fatalf("a 0644 token file: want a warning and ok, got %q, %v", out, err)
+	}
+	if strings.Contains(out, "admin-token-s3cret") {
+		t.Fatal("check-config printed the secret")
+	}
+	out, err = runRelay(t, map[string]string{"HMAC": testKeyHex}, "", "check-config", "--config", cfg("/dev/zero"))
+	if err == nil || !strings.Contains(out, "api.tokens[0].token: cannot read file /dev/zero: it is not a regular file") {
+		t.Fatalf("file:/dev/zero: want refused, got %q, %v", out, err)
+	}
+}

@@ -57,6 +57,7 @@ interface.`,
 			if err != nil {
 				return err
 			}
+			logWarnings(log, cfg)
 			return serve(cmd.Context(), e, path, cfg, log)
 		},
 	}
@@ -137,19 +138,15 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
-		Gatherer: reg, Broker: consumer.Connected, Logger: log.With("component", "api")})
+		Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api")})
 	reg.MustRegister(api.NewQueueDepth(st, disp.Held))
 	ln, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {
 		return fmt.Errorf("api.listen: %w", err)
 	}
-	httpSrv := &http.Server{
-		Handler:           apiSrv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No WriteTimeout: it would cut every SSE stream; each stream bounds its own writes.
-		ErrorLog: slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn),
-	}
+	// Timeouts, the body bound and the connection cap of api: (see api.HTTPServer).
+	ln = apiSrv.Listener(ln)
+	httpSrv := apiSrv.HTTPServer(slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn))
 	// Shutdown waits for handlers, and a subscription never ends on its own.
 	httpSrv.RegisterOnShutdown(apiSrv.CloseStreams)
 
@@ -245,6 +242,7 @@ func (r *reloader) reload(ctx context.Context) {
 		}
 		return
 	}
+	logWarnings(r.log, next)
 	if problems, err := externalIDProblems(ctx, r.store, next); err != nil || len(problems) > 0 {
 		for _, p := range problems {
 			r.log.Error("config reload refused; the running config stays", "problem", p.String())
@@ -286,6 +284,7 @@ func restartOnly(old, next *config.Config) []string {
 	check("signature", old.Signature, next.Signature)
 	check("dedup_window", old.DedupWindow, next.DedupWindow)
 	check("api.listen", old.API.Listen, next.API.Listen)
+	check("api timeouts, max_body_bytes and max_connections", old.API.HTTP, next.API.HTTP)
 	check("aws", old.AWS, next.AWS)
 	check("gcp", old.GCP, next.GCP)
 	check("delivery", old.Delivery, next.Delivery)
@@ -300,6 +299,14 @@ func accountIDs(accounts []config.Account) []string {
 		ids[i] = a.ID
 	}
 	return ids
+}
+
+// logWarnings logs what the config holds that is worth fixing (a secret file others can
+// read); a warning names a path, never a secret.
+func logWarnings(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings {
+		log.Warn("config warning", "warning", w.String())
+	}
 }
 
 // replicaName names this process in destination leases: unique per start.

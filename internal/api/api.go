@@ -40,7 +40,9 @@ type Options struct {
 	Streams      *stream.Channels
 	Gatherer     prometheus.Gatherer // what /metrics shows (nil: an empty registry)
 	Broker       func() bool         // the broker consumer is connected (nil: not checked)
-	Logger       *slog.Logger
+	// Registerer, when set, gets the API's own metrics (connections closed to make room).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
 }
 
 // Server is the operator API. Handler serves it.
@@ -49,11 +51,18 @@ type Server struct {
 	log      *slog.Logger
 	tokens   *tokens
 	accounts atomic.Pointer[map[string]bool] // the configured accounts
+	limits   atomic.Pointer[config.API]      // subscription caps and test rates; Reload replaces them
 	mux      *http.ServeMux
 
-	mu      sync.Mutex
-	subs    map[*subscription]struct{}
-	closing bool
+	httpLimits config.HTTPLimits // timeouts, body and connection caps: read once in New
+	shed       func()            // counts a connection closed to make room
+	tests      buckets           // "send a test" per destination and per account
+
+	mu         sync.Mutex
+	subs       map[*subscription]struct{}
+	perToken   map[[32]byte]int // open subscriptions by token digest
+	perAccount map[string]int   // open subscriptions by account, of account tokens
+	closing    bool
 }
 
 // New returns a Server for opts.Config's tokens and accounts.
@@ -64,7 +73,16 @@ func New(opts Options) *Server {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.NewRegistry()
 	}
-	s := &Server{opts: opts, log: opts.Logger, tokens: newTokens(), subs: map[*subscription]struct{}{}}
+	s := &Server{opts: opts, log: opts.Logger, tokens: newTokens(), subs: map[*subscription]struct{}{},
+		perToken: map[[32]byte]int{}, perAccount: map[string]int{}, httpLimits: httpLimitsOf(opts.Config), shed: func() {}}
+	if opts.Registerer != nil {
+		shed := prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_api_connections_shed_total",
+			Help: "API connections closed because api.max_connections were open: the oldest one without a token, or the new one when all had one."})
+		opts.Registerer.MustRegister(shed)
+		s.shed = shed.Inc
+	}
+	limits := config.DefaultAPI()
+	s.limits.Store(&limits)
 	if opts.Config != nil {
 		s.Reload(opts.Config)
 	}
@@ -72,8 +90,8 @@ func New(opts Options) *Server {
 	return s
 }
 
-// Handler is the API's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler is the API's HTTP handler, with its body bound.
+func (s *Server) Handler() http.Handler { return s.limitRequests(s.mux) }
 
 // Reload takes a new config's tokens, accounts and identity (the destinations come
 // through the dispatcher, which the caller reloads first), and closes every open
@@ -84,6 +102,8 @@ func (s *Server) Reload(cfg *config.Config) {
 		accounts[a.ID] = true
 	}
 	s.accounts.Store(&accounts)
+	limits := apiLimitsOf(cfg.API)
+	s.limits.Store(&limits)
 	if s.opts.Streams != nil {
 		s.opts.Streams.SetIdentity(cfg.Identity)
 	}
@@ -132,6 +152,7 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, principal)) h
 			writeError(w, e)
 			return
 		}
+		authenticated(r)
 		h(w, r, p)
 	}
 }

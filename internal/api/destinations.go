@@ -4,9 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
+	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
@@ -124,6 +125,15 @@ func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
 	if !ok {
 		return
 	}
+	// Each test is a probe and a session on our one AWS principal: one account's tests
+	// must not spend the STS rate every other customer's sessions need.
+	lim := s.limits.Load()
+	if ok, wait := s.tests.take(time.Now(), limit{"destination:" + d.ID, lim.TestsPerDestination},
+		limit{"account:" + d.Account, lim.TestsPerAccount}); !ok {
+		writeError(w, errExhausted(fmt.Sprintf("too many tests: %d per %s for a destination, %d per %s for an account; try again later",
+			lim.TestsPerDestination.Count, lim.TestsPerDestination.Per, lim.TestsPerAccount.Count, lim.TestsPerAccount.Per), wait))
+		return
+	}
 	outcome, err := s.opts.Destinations.Test(r.Context(), d.ID)
 	if err != nil {
 		s.fail(w, r, err)
@@ -147,8 +157,8 @@ func (s *Server) disable(w http.ResponseWriter, r *http.Request, p principal) {
 	var body struct {
 		Reason string `json:"reason"`
 	}
-	if b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10)); err != nil {
-		writeError(w, errInvalid("cannot read the body"))
+	if b, e := readBody(r); e != nil {
+		writeError(w, e)
 		return
 	} else if len(b) > 0 && json.Unmarshal(b, &body) != nil {
 		writeError(w, errInvalid(`the body must be JSON like {"reason":"…"} or empty`))

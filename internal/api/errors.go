@@ -3,6 +3,8 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // The error codes of the contract, each with its one HTTP status.
@@ -12,35 +14,61 @@ const (
 	CodeNotFound        = "NOT_FOUND"        // 404
 	CodeInvalidArgument = "INVALID_ARGUMENT" // 400
 	CodeCursorExpired   = "CURSOR_EXPIRED"   // 410
-	CodeInternal        = "INTERNAL"         // 500: not in the contract; our fault, logged
+	// CodeResourceExhausted is a limit of one client's share reached: too many open
+	// subscriptions, too many tests. With Retry-After when waiting is the answer.
+	CodeResourceExhausted = "RESOURCE_EXHAUSTED" // 429
+	CodeInternal          = "INTERNAL"           // 500: not in the contract; our fault, logged
 )
 
-// apiError is an answer {"error":{"code","message"}} with its status.
+// apiError is an answer {"error":{"code","message"}} with its status. retryAfter, when
+// set, goes out as a Retry-After header and as "details":{"retry_after_seconds":N}.
 type apiError struct {
-	status  int
-	code    string
-	message string
+	status     int
+	code       string
+	message    string
+	retryAfter time.Duration
 }
 
 func errUnauthenticated(msg string) *apiError {
-	return &apiError{http.StatusUnauthorized, CodeUnauthenticated, msg}
+	return &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, message: msg}
 }
-func errRevoked(msg string) *apiError  { return &apiError{http.StatusForbidden, CodeAccessRevoked, msg} }
-func errNotFound(msg string) *apiError { return &apiError{http.StatusNotFound, CodeNotFound, msg} }
+func errRevoked(msg string) *apiError {
+	return &apiError{status: http.StatusForbidden, code: CodeAccessRevoked, message: msg}
+}
+func errNotFound(msg string) *apiError {
+	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: msg}
+}
 func errInvalid(msg string) *apiError {
-	return &apiError{http.StatusBadRequest, CodeInvalidArgument, msg}
+	return &apiError{status: http.StatusBadRequest, code: CodeInvalidArgument, message: msg}
 }
-func errExpired(msg string) *apiError { return &apiError{http.StatusGone, CodeCursorExpired, msg} }
+func errExpired(msg string) *apiError {
+	return &apiError{status: http.StatusGone, code: CodeCursorExpired, message: msg}
+}
 func errInternal() *apiError {
-	return &apiError{http.StatusInternalServerError, CodeInternal, "the relay could not answer; see its logs"}
+	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "the relay could not answer; see its logs"}
+}
+func errExhausted(msg string, retryAfter time.Duration) *apiError {
+	return &apiError{http.StatusTooManyRequests, CodeResourceExhausted, msg, retryAfter}
+}
+
+// Details of an error answer: when to try again.
+type errorDetails struct {
+	RetryAfterSeconds int64 `json:"retry_after_seconds"`
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
 	type body struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
+		Code    string        `json:"code"`
+		Message string        `json:"message"`
+		Details *errorDetails `json:"details,omitempty"`
 	}
-	writeJSON(w, e.status, map[string]body{"error": {Code: e.code, Message: e.message}})
+	b := body{Code: e.code, Message: e.message}
+	if e.retryAfter > 0 {
+		secs := int64((e.retryAfter + time.Second - 1) / time.Second) // whole seconds, rounded up
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		b.Details = &errorDetails{RetryAfterSeconds: secs}
+	}
+	writeJSON(w, e.status, map[string]body{"error": b})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -3,14 +3,22 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/mercamap/relay/internal/stream"
 )
 
+// notYours is the answer to an account token for another account's channel and for a
+// destination channel that does not exist, alike, so the token cannot learn which
+// destination ids exist (the card routes answer 404 alike for the same reason; channels
+// keep the contract's 403 for another account's).
+const notYours = "this token may not follow that channel: it is not one of its account's"
+
 // resolveChannel finds a channel and checks p may follow it. Another account's channel
-// answers 403 ACCESS_REVOKED, as the contract says; a channel that does not exist, 404.
+// answers 403 ACCESS_REVOKED, as the contract says, and so does, to an account token, a
+// destination channel that does not exist; to an admin token, that one is 404.
 func (s *Server) resolveChannel(p principal, name string) (stream.Channel, *apiError) {
 	kind, id, ok := stream.ParseName(name)
 	if !ok {
@@ -18,18 +26,21 @@ func (s *Server) resolveChannel(p principal, name string) (stream.Channel, *apiE
 	}
 	if kind == stream.KindAccount {
 		if !p.sees(id) {
-			return stream.Channel{}, errRevoked("this token may not follow another account's channel")
+			return stream.Channel{}, errRevoked(notYours)
 		}
 		if !s.accountKnown(id) {
 			return stream.Channel{}, errNotFound("no account " + strconv.Quote(id))
 		}
 	}
 	ch, err := s.opts.Streams.Resolve(name)
+	if err != nil && !p.admin {
+		return stream.Channel{}, errRevoked(notYours)
+	}
 	if err != nil {
 		return stream.Channel{}, errNotFound("no channel " + strconv.Quote(name))
 	}
 	if !p.sees(ch.Account) {
-		return stream.Channel{}, errRevoked("this token may not follow another account's channel")
+		return stream.Channel{}, errRevoked(notYours)
 	}
 	return ch, nil
 }
@@ -82,6 +93,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p principal) {
 // subscription is one open SSE stream, re-checked when tokens or the config change.
 type subscription struct {
 	digest  [32]byte
+	account string // the account of an account token; "" for admin
 	channel string
 	cancel  context.CancelFunc
 }
@@ -98,9 +110,9 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request, p principal) 
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sub := &subscription{digest: p.digest, channel: ch.Name, cancel: cancel}
-	if !s.register(sub) {
-		writeError(w, &apiError{http.StatusServiceUnavailable, "UNAVAILABLE", "the relay is shutting down"})
+	sub := &subscription{digest: p.digest, account: p.account, channel: ch.Name, cancel: cancel}
+	if e := s.register(sub); e != nil {
+		writeError(w, e)
 		return
 	}
 	defer s.unregister(sub)
@@ -114,20 +126,44 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request, p principal) 
 	}
 }
 
-func (s *Server) register(sub *subscription) bool {
+// register counts sub in, unless its token or its account holds as many subscriptions
+// as the config allows (429 RESOURCE_EXHAUSTED: one account must not take the live
+// transport from the others), or the relay is shutting down.
+func (s *Server) register(sub *subscription) *apiError {
+	lim := s.limits.Load()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
-		return false
+	switch {
+	case s.closing:
+		return &apiError{status: http.StatusServiceUnavailable, code: "UNAVAILABLE", message: "the relay is shutting down"}
+	case s.perToken[sub.digest] >= lim.SubscriptionsPerToken:
+		return errExhausted(fmt.Sprintf("this token holds %d open subscriptions, the most api.subscriptions_per_token allows: close one first", lim.SubscriptionsPerToken), 0)
+	case sub.account != "" && s.perAccount[sub.account] >= lim.SubscriptionsPerAccount:
+		return errExhausted(fmt.Sprintf("this account's tokens hold %d open subscriptions, the most api.subscriptions_per_account allows: close one first", lim.SubscriptionsPerAccount), 0)
 	}
 	s.subs[sub] = struct{}{}
-	return true
+	s.perToken[sub.digest]++
+	if sub.account != "" {
+		s.perAccount[sub.account]++
+	}
+	return nil
 }
 
 func (s *Server) unregister(sub *subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, ok := s.subs[sub]; !ok {
+		return
+	}
 	delete(s.subs, sub)
+	if s.perToken[sub.digest]--; s.perToken[sub.digest] <= 0 {
+		delete(s.perToken, sub.digest)
+	}
+	if sub.account != "" {
+		if s.perAccount[sub.account]--; s.perAccount[sub.account] <= 0 {
+			delete(s.perAccount, sub.account)
+		}
+	}
 }
 
 // recheckSubscriptions ends every open subscription whose token is no longer valid or

@@ -239,6 +239,7 @@ func (p *parser) checkAPI(api *API, accountIDs map[string]bool) {
 	if _, port, err := net.SplitHostPort(api.Listen); err != nil || !validPort(port) {
 		p.add("api.listen", "%q must be host:port, like 127.0.0.1:8080 or :8080", api.Listen)
 	}
+	p.checkAPILimits(api)
 	var tokens []string
 	var tokenPaths []string
 	for i, t := range api.Tokens {
@@ -274,6 +275,44 @@ func (p *parser) checkAPI(api *API, accountIDs map[string]bool) {
 		tokenPaths = append(tokenPaths, path)
 	}
 }
+
+func (p *parser) checkAPILimits(api *API) {
+	h := api.HTTP
+	if h.ReadTimeout < h.ReadHeaderTimeout {
+		p.add("api.read_timeout", "%s is shorter than api.read_header_timeout (%s): it bounds the whole request, headers included", h.ReadTimeout, h.ReadHeaderTimeout)
+	}
+	if h.MaxBodyBytes < 1024 {
+		p.add("api.max_body_bytes", "must be at least 1024 bytes (default %d)", DefaultAPI().HTTP.MaxBodyBytes)
+	}
+	if h.MaxConnections < minConnections {
+		p.add("api.max_connections", "must be at least %d: the health checks, scrapers and every subscription each hold one", minConnections)
+	}
+	if api.SubscriptionsPerToken < 1 {
+		p.add("api.subscriptions_per_token", "must be at least 1")
+	}
+	if api.SubscriptionsPerAccount < api.SubscriptionsPerToken {
+		p.add("api.subscriptions_per_account", "%d is fewer than api.subscriptions_per_token (%d)", api.SubscriptionsPerAccount, api.SubscriptionsPerToken)
+	}
+	if api.SubscriptionsPerAccount >= h.MaxConnections {
+		p.add("api.subscriptions_per_account", "%d must be fewer than api.max_connections (%d): one account must not hold every connection", api.SubscriptionsPerAccount, h.MaxConnections)
+	}
+	for _, r := range []struct {
+		path string
+		rate Rate
+	}{{"api.tests_per_destination", api.TestsPerDestination}, {"api.tests_per_account", api.TestsPerAccount}} {
+		if r.rate.Count < 1 {
+			p.add(r.path+".count", "must be at least 1 test")
+		}
+	}
+	if a, d := api.TestsPerAccount, api.TestsPerDestination; a.Count >= 1 && d.Count >= 1 &&
+		float64(a.Count)/a.Per.Seconds() < float64(d.Count)/d.Per.Seconds() {
+		p.add("api.tests_per_account", "%d per %s is less than api.tests_per_destination (%d per %s): no destination could reach its own rate", a.Count, a.Per, d.Count, d.Per)
+	}
+}
+
+// minConnections is the least api.max_connections: room for probes, scrapers and a few
+// subscriptions.
+const minConnections = 16
 
 func (p *parser) checkDelivery(d *Delivery) {
 	if d.NotTakenBackoff.Max < d.NotTakenBackoff.Initial {

@@ -5,6 +5,7 @@ package config
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -26,6 +27,9 @@ type Config struct {
 	Delivery     Delivery
 	Accounts     []Account
 	Destinations []destination.Destination
+	// Warnings are things worth fixing that do not stop the relay (a secret file others
+	// can read): check-config prints them, serve logs them. They never hold a secret.
+	Warnings Problems
 }
 
 // RabbitMQ is where job events arrive and where unverifiable ones are set aside.
@@ -74,10 +78,35 @@ func (s Signature) String() string {
 // GoString is String.
 func (s Signature) GoString() string { return "config.Signature" + s.String() }
 
-// API is the operator HTTP API.
+// API is the operator HTTP API and what one client may hold of it.
 type API struct {
 	Listen string
 	Tokens []Token
+	HTTP   HTTPLimits // read once at start
+	// Open live subscriptions (per replica): per token, and per account over all of the
+	// account's tokens. Past either, a subscription answers 429 RESOURCE_EXHAUSTED.
+	SubscriptionsPerToken   int
+	SubscriptionsPerAccount int
+	// "Send a test" (per replica): each is a probe and a session on our one AWS
+	// principal, so one account must not spend STS's rate for everyone.
+	TestsPerDestination Rate
+	TestsPerAccount     Rate
+}
+
+// HTTPLimits bound what a connection may hold: slow headers or bodies, idle keep-alives,
+// large bodies, and how many connections are open at once.
+type HTTPLimits struct {
+	ReadHeaderTimeout time.Duration // the request line and headers
+	ReadTimeout       time.Duration // the whole request, body included (not the answer)
+	IdleTimeout       time.Duration // a keep-alive connection between requests
+	MaxBodyBytes      int64         // a request body larger than this is refused
+	MaxConnections    int           // past it, the oldest connection that never authenticated is closed
+}
+
+// Rate is Count events per Per, in a bucket that refills evenly over Per.
+type Rate struct {
+	Count int
+	Per   time.Duration
 }
 
 // Token is one bearer token and what it may see.
@@ -197,7 +226,8 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(data, getenv, os.ReadFile)
+	p := &parser{getenv: getenv, readSecret: readSecretFile}
+	return p.result(data)
 }
 
 // Parse reads a configuration from data, resolving env:NAME through getenv and file:PATH
@@ -210,7 +240,14 @@ func Parse(data []byte, getenv func(string) string, readFile func(string) ([]byt
 	if readFile == nil {
 		readFile = os.ReadFile
 	}
-	p := &parser{getenv: getenv, readFile: readFile}
+	p := &parser{getenv: getenv, readSecret: func(path string) ([]byte, fs.FileMode, error) {
+		b, err := readFile(path)
+		return b, 0o600, err // a reader of our caller's says nothing of modes
+	}}
+	return p.result(data)
+}
+
+func (p *parser) result(data []byte) (*Config, error) {
 	c := p.parse(data)
 	if n := len(p.problems); n > maxProblems {
 		p.problems = append(p.problems[:maxProblems], Problem{Message: fmt.Sprintf("… and %d more problems", n-maxProblems)})

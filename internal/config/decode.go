@@ -285,6 +285,27 @@ func (w *walker) integer(n *yaml.Node, path string, out *int) {
 	*out = v
 }
 
+func (w *walker) integer64(n *yaml.Node, path string, out *int64) {
+	n = w.resolve(n, path)
+	if n == nil {
+		return
+	}
+	var v int64
+	if n.Kind != yaml.ScalarNode || n.Decode(&v) != nil {
+		w.unreadable(path, "must be a whole number")
+		return
+	}
+	*out = v
+}
+
+// rate reads {count: N, per: DURATION}.
+func (w *walker) rate(n *yaml.Node, path string, out *Rate) {
+	w.object(n, path, fields{
+		"count": func(v *yaml.Node, path string) { w.integer(v, path, &out.Count) },
+		"per":   func(v *yaml.Node, path string) { w.duration(v, path, &out.Per) },
+	})
+}
+
 // duration reads a Duration; every duration in the file must be longer than zero.
 func (w *walker) duration(n *yaml.Node, path string, out *time.Duration) {
 	n = w.resolve(n, path)

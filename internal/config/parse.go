@@ -1,6 +1,7 @@
 package config
 
 import (
+	"io/fs"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -18,6 +19,19 @@ const (
 	QuarantineSuffix              = ".quarantine"
 )
 
+// DefaultAPI is the api: section's defaults, listen included.
+func DefaultAPI() API {
+	return API{
+		Listen: DefaultListen,
+		HTTP: HTTPLimits{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+			IdleTimeout: 2 * time.Minute, MaxBodyBytes: 64 << 10, MaxConnections: 4096},
+		SubscriptionsPerToken:   50,
+		SubscriptionsPerAccount: 200,
+		TestsPerDestination:     Rate{Count: 6, Per: time.Minute},
+		TestsPerAccount:         Rate{Count: 30, Per: time.Minute},
+	}
+}
+
 // DefaultRoutingKeys are the Worker's two routing keys.
 var DefaultRoutingKeys = []string{"job.completed", "job.failed"}
 
@@ -31,7 +45,7 @@ func defaults() *Config {
 		},
 		Signature:   Signature{MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
 		DedupWindow: 168 * time.Hour,
-		API:         API{Listen: DefaultListen},
+		API:         DefaultAPI(),
 		AWS:         AWS{Region: DefaultAWSRegion, Endpoints: map[string]string{}},
 		Delivery: Delivery{
 			NotTakenBackoff:        Backoff{Initial: time.Second, Max: 5 * time.Minute},
@@ -50,12 +64,13 @@ func defaults() *Config {
 // written (the Config gets their resolved values).
 type parser struct {
 	walker
-	getenv   func(string) string
-	readFile func(string) ([]byte, error)
+	getenv     func(string) string
+	readSecret func(path string) ([]byte, fs.FileMode, error) // a file: secret and its mode
 
 	keyRefs             []string
 	masterRef           string
 	externalIDSecretRef string // identity.external_id_secret: derives ExternalIds, never kept
+	warnings            Problems
 }
 
 // add reports a problem found by a check, unless the value at path could not be read.
@@ -75,6 +90,7 @@ func (p *parser) parse(data []byte) *Config {
 	p.budget = visitBudget(&root)
 	p.decode(&root, c)
 	p.check(c)
+	c.Warnings = p.warnings
 	return c
 }
 
@@ -119,7 +135,16 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 		"dedup_window": func(v *yaml.Node, path string) { w.duration(v, path, &c.DedupWindow) },
 		"api": func(v *yaml.Node, path string) {
 			w.object(v, path, fields{
-				"listen": func(v *yaml.Node, path string) { w.str(v, path, &c.API.Listen) },
+				"listen":                    func(v *yaml.Node, path string) { w.str(v, path, &c.API.Listen) },
+				"read_header_timeout":       func(v *yaml.Node, path string) { w.duration(v, path, &c.API.HTTP.ReadHeaderTimeout) },
+				"read_timeout":              func(v *yaml.Node, path string) { w.duration(v, path, &c.API.HTTP.ReadTimeout) },
+				"idle_timeout":              func(v *yaml.Node, path string) { w.duration(v, path, &c.API.HTTP.IdleTimeout) },
+				"max_body_bytes":            func(v *yaml.Node, path string) { w.integer64(v, path, &c.API.HTTP.MaxBodyBytes) },
+				"max_connections":           func(v *yaml.Node, path string) { w.integer(v, path, &c.API.HTTP.MaxConnections) },
+				"subscriptions_per_token":   func(v *yaml.Node, path string) { w.integer(v, path, &c.API.SubscriptionsPerToken) },
+				"subscriptions_per_account": func(v *yaml.Node, path string) { w.integer(v, path, &c.API.SubscriptionsPerAccount) },
+				"tests_per_destination":     func(v *yaml.Node, path string) { w.rate(v, path, &c.API.TestsPerDestination) },
+				"tests_per_account":         func(v *yaml.Node, path string) { w.rate(v, path, &c.API.TestsPerAccount) },
 				"tokens": func(v *yaml.Node, path string) {
 					c.API.Tokens = []Token{}
 					w.list(v, path, func(v *yaml.Node, path string) {

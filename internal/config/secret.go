@@ -2,8 +2,12 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"os"
 	"strings"
+	"syscall"
 )
 
 // Secret references: "env:NAME" reads an environment variable, "file:PATH" reads a file
@@ -32,10 +36,18 @@ func (p *parser) secret(path, ref string) (value string, ok bool) {
 			p.add(path, "file: must name a file, like file:/run/secrets/redis-url")
 			return "", false
 		}
-		b, err := p.readFile(name)
+		b, mode, err := p.readSecret(name)
 		if err != nil {
 			p.add(path, "cannot read file %s: %s", name, readError(err))
 			return "", false
+		}
+		if len(b) > MaxSecretFile {
+			p.add(path, "file %s is larger than %d bytes: a secret file holds one value", name, MaxSecretFile)
+			return "", false
+		}
+		if mode.Perm()&0o077 != 0 {
+			p.warnings = append(p.warnings, Problem{Path: path, Message: fmt.Sprintf(
+				"file %s can be read by others than its owner (mode %04o): chmod 600 it, or 640 for a group you trust", name, mode.Perm())})
 		}
 		v := strings.TrimRight(string(b), "\r\n")
 		if v == "" {
@@ -47,11 +59,56 @@ func (p *parser) secret(path, ref string) (value string, ok bool) {
 	return ref, true
 }
 
+// MaxSecretFile is the most a file: secret may hold. A secret is one value; the bound
+// keeps file:/dev/zero or a mistaken path to a large file from filling the memory.
+const MaxSecretFile = 64 << 10
+
+// errNotRegular and errTooLarge are why readSecretFile refused a file.
+var (
+	errNotRegular = errors.New("it is not a regular file (a device, a directory or a pipe cannot hold a secret)")
+	errTooLarge   = fmt.Errorf("it is larger than %d bytes: a secret file holds one value", MaxSecretFile)
+)
+
+// readSecretFile reads a file: secret from disk: a regular file (a symlink to one is
+// fine: mounted secrets are), at most MaxSecretFile bytes. It never opens anything
+// else, so a FIFO cannot block the load and /dev/zero cannot fill the memory.
+func readSecretFile(path string) ([]byte, fs.FileMode, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, 0, errNotRegular
+	}
+	// O_NONBLOCK: a FIFO put in its place after the Stat must not block the open.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	if info, err = f.Stat(); err != nil {
+		return nil, 0, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, 0, errNotRegular
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxSecretFile+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(b) > MaxSecretFile {
+		return nil, 0, errTooLarge
+	}
+	return b, info.Mode(), nil
+}
+
 // readError says why a file could not be read without repeating anything the error may
 // have picked up beyond the path.
 func readError(err error) string {
 	var pe *fs.PathError
 	switch {
+	case errors.Is(err, errNotRegular), errors.Is(err, errTooLarge):
+		return err.Error()
 	case errors.Is(err, fs.ErrNotExist):
 		return "it does not exist"
 	case errors.Is(err, fs.ErrPermission):

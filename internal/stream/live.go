@@ -67,8 +67,8 @@ func (c *Channels) Subscribe(ctx context.Context, w http.ResponseWriter, ch Chan
 	keepAlive := time.NewTicker(c.opts.KeepAlive)
 	defer keepAlive.Stop()
 	for {
-		wake := c.hub.wakeChan(ref)
-		page, err := c.opts.Store.ReadChannel(ctx, ch.Account, ch.Name, after, liveBatch)
+		wake, known := c.hub.wakeChan(ref)
+		frames, more, expired, err := c.next(ctx, ref, after, known)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -81,26 +81,26 @@ func (c *Channels) Subscribe(ctx context.Context, w http.ResponseWriter, ch Chan
 			}
 			continue
 		}
-		if page.Expired {
+		if expired {
 			// The client's Last-Event-ID is older than retention: send what is kept. The
 			// gap it sees makes it replay, get 410 and load a new snapshot.
 			after = 0
 			continue
 		}
 		var out []byte
-		for _, e := range page.Events {
-			after = e.Sequence
-			if c.opts.Drop != nil && c.opts.Drop(ch.Name, e.Sequence) {
+		for _, f := range frames {
+			after = f.seq
+			if c.opts.Drop != nil && c.opts.Drop(ch.Name, f.seq) {
 				continue
 			}
-			out = append(out, c.frame(ch.Name, e)...)
+			out = append(out, f.data...)
 		}
 		if len(out) > 0 {
 			if err := send(string(out)); err != nil {
 				return nil
 			}
 		}
-		if page.More {
+		if more {
 			continue
 		}
 		select {
@@ -116,6 +116,36 @@ func (c *Channels) Subscribe(ctx context.Context, w http.ResponseWriter, ch Chan
 			}
 		}
 	}
+}
+
+// next returns the frames after `after`: from the channel's kept tail when it holds
+// them up to `known` (the sequence the poller saw), else from one Redis read that the
+// channel's other subscribers then share. Nothing is read when the poller knows of no
+// event past `after`: its next move wakes the subscriber.
+func (c *Channels) next(ctx context.Context, ref store.ChannelRef, after, known int64) (frames []liveFrame, more, expired bool, err error) {
+	if known >= 0 && after >= known {
+		return nil, false, false, nil
+	}
+	if frames, ok := c.hub.cached(ref, after, known); ok {
+		return frames, false, false, nil
+	}
+	if fill := c.hub.filler(ref); fill != nil {
+		fill.Lock()
+		defer fill.Unlock()
+		// Another subscriber may have read them while this one waited.
+		if frames, ok := c.hub.cached(ref, after, known); ok {
+			return frames, false, false, nil
+		}
+	}
+	page, err := c.opts.Store.ReadChannel(ctx, ref.Account, ref.Channel, after, liveBatch)
+	if err != nil || page.Expired {
+		return nil, false, page.Expired, err
+	}
+	for _, e := range page.Events {
+		frames = append(frames, liveFrame{seq: e.Sequence, data: c.frame(ref.Channel, e)})
+	}
+	c.hub.keep(ref, frames)
+	return frames, page.More, false, nil
 }
 
 // frame is one SSE event, or its pointer when the data is larger than the limit.

@@ -127,6 +127,9 @@ type Options struct {
 	// is what /metrics shows.
 	Registry *prometheus.Registry
 	Broker   func() bool // readiness of the broker (nil: always connected)
+	// Config, when set, changes the rig's config before anything uses it (the api:
+	// limits, say).
+	Config func(*config.Config)
 }
 
 // Rig is a running API over a real Redis and Dispatcher.
@@ -153,6 +156,9 @@ func New(t testing.TB, opts Options) *Rig {
 	t.Cleanup(func() { st.Close() })
 	sink := &Sink{}
 	cfg := Config()
+	if opts.Config != nil {
+		opts.Config(cfg)
+	}
 	var metrics *dispatch.Metrics
 	var gatherer prometheus.Gatherer
 	if opts.Registry != nil {
@@ -179,7 +185,11 @@ func New(t testing.TB, opts Options) *Rig {
 	}
 	streams := stream.New(so)
 	srv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams, Broker: broker, Gatherer: gatherer})
-	hs := httptest.NewServer(srv.Handler())
+	// Served as serve serves it: its timeouts and its connection cap.
+	hs := httptest.NewUnstartedServer(nil)
+	hs.Config = srv.HTTPServer(nil)
+	hs.Listener = srv.Listener(hs.Listener)
+	hs.Start()
 	t.Cleanup(func() {
 		srv.CloseStreams() // SSE handlers end, so Close does not wait on them
 		hs.CloseClientConnections()
