@@ -372,7 +372,7 @@ func TestRedisDownAcksNothingAndLosesNothing(t *testing.T) {
 
 	redis.Stop(t)
 	r.publish(ch, "job.failed", jobs(100, 200)...)
-	waitFor(t, 10*time.Second, "the relay to hit the outage", func() bool { return testutil.ToFloat64(r.metrics.StoreErrors) >= 3 })
+	waitFor(t, 30*time.Second, "the relay to hit the outage", func() bool { return testutil.ToFloat64(r.metrics.StoreErrors) >= 3 })
 	if got := testutil.ToFloat64(r.metrics.Acked); got != 100 {
 		t.Fatalf("acked %v messages while Redis was down, want still 100", got)
 	}
