@@ -57,6 +57,7 @@ type Server struct {
 	httpLimits config.HTTPLimits // timeouts, body and connection caps: read once in New
 	shed       func()            // counts a connection closed to make room
 	tests      buckets           // "send a test" per destination and per account
+	ping       pinger            // /readyz's PING: one at a time, waited for a bounded time
 
 	mu         sync.Mutex
 	subs       map[*subscription]struct{}

@@ -6,14 +6,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mercamap/relay/internal/api"
 	"github.com/mercamap/relay/internal/api/apitest"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
@@ -709,4 +716,80 @@ func TestMetricsShowQueueDepthAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testi
 	if a := call(t, "GET", down.URL+"/healthz", "", ""); a.status != 200 {
 		t.Errorf("healthz: %d", a.status)
 	}
+}
+
+// probeTimeout is the shipped readiness probe's timeoutSeconds (deploy/kubernetes).
+func probeTimeout(t *testing.T) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/kubernetes/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`readinessProbe:[^\n]*\n(?:[ \t]+[^\n]*\n)*?[ \t]+timeoutSeconds:[ \t]*(\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("deployment.yaml has no readinessProbe timeoutSeconds")
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return time.Duration(n) * time.Second
+}
+
+// TestReadyzAnswersWithinTheProbeTimeoutWhenRedisHangs: Redis accepts connections and
+// never answers. Each /readyz, one after another and several at once, answers 503
+// naming Redis within the shipped probe's timeout.
+func TestReadyzAnswersWithinTheProbeTimeoutWhenRedisHangs(t *testing.T) {
+	limit := probeTimeout(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	st, err := store.Open("redis://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := api.New(api.Options{Config: apitest.Config(), Store: st, Broker: func() bool { return true }})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+
+	check := func(who string) {
+		start := time.Now()
+		a := call(t, "GET", hs.URL+"/readyz", "", "")
+		took := time.Since(start)
+		checks, _ := a.json(t)["checks"].(map[string]any)
+		if a.status != 503 || checks["redis"] == "ok" || checks["broker"] != "ok" || checks["config"] != "ok" {
+			t.Errorf("%s: readyz with Redis hanging: %d %s", who, a.status, a.body)
+		}
+		if took >= limit {
+			t.Errorf("%s: readyz answered after %v: the probe gives up at %v", who, took, limit)
+		}
+	}
+	for i := range 3 {
+		check(fmt.Sprintf("call %d", i+1))
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { check(fmt.Sprintf("concurrent call %d", i+1)) })
+	}
+	wg.Wait()
 }

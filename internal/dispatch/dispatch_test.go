@@ -548,6 +548,45 @@ func TestStoreIDIsReadByTheAccountsPath(t *testing.T) {
 	}
 }
 
+// TestNumericStoreIDKeepsEveryDigit: an event naming its store by a JSON number larger
+// than a float64 holds exactly reaches the sink with that store id, digit for digit
+// (the Kinesis partition key and the Pub/Sub store_id attribute are this value).
+func TestNumericStoreIDKeepsEveryDigit(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]string{} // event id → store id the sink was given
+	sink := newTestSink(func(_ string, m destination.Message, _ int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[m.EventID] = m.StoreID
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	want := map[string]string{ // event id → its body's store id, as written
+		"fetcher.job.completed.big":  "1234567890123456789",
+		"fetcher.job.completed.huge": "98765432109876543210987654321",
+		"fetcher.job.completed.frac": "0.10000000000000000555",
+	}
+	var batch []store.Append
+	for id, storeID := range want {
+		batch = append(batch, store.Append{Accounts: []string{acct}, Entry: store.Entry{
+			EventID: id, Type: "job.completed", Time: time.Now().UTC().Format(time.RFC3339Nano), SchemaVersion: "1.0.0",
+			Data: []byte(`{"jobId":"j","metadata":{"store_id":` + storeID + `}}`),
+		}})
+	}
+	if _, err := r.store.AppendBatch(context.Background(), batch, time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	r.start()
+	waitFor(t, "three deliveries", func() bool { return len(sink.got("orders")) == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	for id, storeID := range want {
+		if got[id] != storeID {
+			t.Errorf("%s: the sink was given store id %q, want %q as the event wrote it", id, got[id], storeID)
+		}
+	}
+}
+
 // checkingSink is a test sink whose setup check (probe or label) can fail.
 type checkingSink struct {
 	*testSink

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 
 	"github.com/mercamap/relay/internal/destination"
@@ -25,9 +24,11 @@ func (d *Dispatcher) message(dest destination.Destination, e store.LogEntry) des
 }
 
 // storeID reads the event's store id by the first of paths (dotted, e.g.
-// metadata.store_id) that names a non-empty string or a number. It answers as
-// decoding data into a map[string]any would, without building it: ingest verified
-// data is JSON, so a scan reads only the objects on the path.
+// metadata.store_id) that names a non-empty string or a number, a number exactly as
+// written. It answers as decoding data into a map[string]any with UseNumber would,
+// without building it (and, as plain decoding, finds none in a body holding a number
+// beyond float64's range): ingest verified data is JSON, so a scan reads only the
+// objects on the path.
 func storeID(data []byte, paths []string) string {
 	if len(paths) == 0 {
 		paths = []string{"metadata.store_id", "metadata.storeId"}
@@ -60,9 +61,9 @@ func storeID(data []byte, paths []string) string {
 				return string(s)
 			}
 		case c == '-' || (c >= '0' && c <= '9'):
-			if f, err := strconv.ParseFloat(string(v), 64); err == nil {
-				return strconv.FormatFloat(f, 'f', -1, 64)
-			}
+			// A number is its own text: 1234567890123456789 stays that, digit for digit
+			// (through a float64 it would become 1234567890123456800).
+			return string(v)
 		}
 	}
 	return ""

@@ -1,20 +1,26 @@
 package dispatch
 
 import (
+	"bytes"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 )
 
-// decodedStoreID is the store-id lookup by decoding the whole body, as dispatch did
-// before it scanned: storeID must answer the same on every body ingest accepts.
+// decodedStoreID is the store-id lookup by decoding the whole body, numbers kept as
+// written (a body plain decoding refuses, with a number beyond float64, names none):
+// storeID must answer the same on every body ingest accepts.
 func decodedStoreID(data []byte, paths []string) string {
 	if len(paths) == 0 {
 		paths = []string{"metadata.store_id", "metadata.storeId"}
 	}
-	var body map[string]any
-	if json.Unmarshal(data, &body) != nil {
+	var plain, body map[string]any
+	if json.Unmarshal(data, &plain) != nil {
+		return ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if dec.Decode(&body) != nil {
 		return ""
 	}
 	for _, path := range paths {
@@ -32,8 +38,8 @@ func decodedStoreID(data []byte, paths []string) string {
 			if v != "" {
 				return v
 			}
-		case float64:
-			return strconv.FormatFloat(v, 'f', -1, 64)
+		case json.Number:
+			return v.String()
 		}
 	}
 	return ""
@@ -56,9 +62,10 @@ var storeIDCases = []struct {
 	{"configured path only", `{"metadata":{"store_id":"a"},"x":{"y":"b"}}`, []string{"x.y"}, "b"},
 	{"integer", `{"metadata":{"store_id":42}}`, nil, "42"},
 	{"negative fraction", `{"metadata":{"store_id":-0.5}}`, nil, "-0.5"},
-	{"exponent", `{"metadata":{"store_id":1e21}}`, nil, "1000000000000000000000"},
-	{"exponent fraction", `{"metadata":{"store_id":12.50e-1}}`, nil, "1.25"},
-	{"beyond float64 precision", `{"metadata":{"store_id":12345678901234567890}}`, nil, "12345678901234567000"},
+	{"exponent kept as written", `{"metadata":{"store_id":1e21}}`, nil, "1e21"},
+	{"exponent fraction kept as written", `{"metadata":{"store_id":12.50e-1}}`, nil, "12.50e-1"},
+	{"beyond float64 precision: every digit", `{"metadata":{"store_id":1234567890123456789}}`, nil, "1234567890123456789"},
+	{"beyond uint64: every digit", `{"metadata":{"store_id":123456789012345678901234567890}}`, nil, "123456789012345678901234567890"},
 	{"negative zero", `{"metadata":{"store_id":-0}}`, nil, "-0"},
 	{"zero is a store id", `{"metadata":{"store_id":0,"storeId":"b"}}`, nil, "0"},
 	{"escapes decoded", `{"metadata":{"store_id":"a\"b\\c\u00e9\u0041\/"}}`, nil, "a\"b\\céA/"},

@@ -146,11 +146,32 @@ func rejected(reason, detail, fix string) Outcome {
 	return Outcome{Class: Rejected, Message: m}
 }
 
+// parens quotes detail (the typed code and the service's own message, which leads with
+// the code) in parentheses, cut to its first MaxDetail characters: a bus may answer with
+// kilobytes of text, and the card, every channel event and the operator event carry it.
 func parens(detail string) string {
 	if detail == "" {
 		return ""
 	}
-	return " (" + detail + ")"
+	return " (" + Head(detail, MaxDetail) + ")"
+}
+
+// MaxDetail is how many characters of a service's own message a sentence quotes.
+const MaxDetail = 300
+
+// Head is s cut to at most n characters, ending in "…" when it was cut.
+func Head(s string, n int) string {
+	if len(s) <= n { // bytes ≥ characters: short enough already
+		return s
+	}
+	i, count := 0, 0
+	for i = range s {
+		if count == n {
+			return strings.TrimRight(s[:i], " \t\n") + "…"
+		}
+		count++
+	}
+	return s
 }
 
 // codeDetail is "Code: message", or the code alone when the service sent no message.

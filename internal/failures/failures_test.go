@@ -555,3 +555,33 @@ func TestNoStringMatching(t *testing.T) {
 		}
 	}
 }
+
+// TestALongServiceMessageIsCutToItsHead: a bus answering with 70 KB of text gives a
+// sentence that keeps the code, a readable head of the text and what to fix.
+func TestALongServiceMessageIsCutToItsHead(t *testing.T) {
+	long := "User: arn:aws:sts::123456789012:assumed-role/relay/mercamap-acct is not authorized to perform: events:PutEvents " +
+		strings.Repeat("because no identity-based policy allows the events:PutEvents action; ", 1000)
+	got := Classify(&smithy.GenericAPIError{Code: "AccessDeniedException", Message: long})
+	if got.Class != Rejected {
+		t.Fatalf("class %q, want rejected", got.Class)
+	}
+	if n := len(got.Message); n > 1000 {
+		t.Errorf("the sentence is %d bytes: want the service's %d-byte message cut to a head", n, len(long))
+	}
+	for _, want := range []string{"AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/relay", "…)", "events:PutEvents"} {
+		if !strings.Contains(got.Message, want) {
+			t.Errorf("sentence %q lacks %q", got.Message, want)
+		}
+	}
+	if !strings.Contains(got.Message, " — ") {
+		t.Errorf("sentence %q lost what to fix", got.Message)
+	}
+}
+
+func TestHeadCutsCharacters(t *testing.T) {
+	for in, want := range map[string]string{"héllo wörld": "héllo w…", "héllo  wörld": "héllo…", "héllo w": "héllo w", "": ""} {
+		if got := Head(in, 7); got != want {
+			t.Errorf("Head(%q, 7) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -41,6 +42,25 @@ type Committed struct {
 	Sequence int64  // the destination channel's sequence after the commit
 	Cursor   string // the stored cursor after the commit: past this message when an
 	// activation skipped the events that arrived while the destination was stopped
+}
+
+// MaxFailureText is the most bytes of a failure sentence or a disable reason the store
+// keeps. The card carries them, and so does each of the destination's channel events,
+// which goes out live only while it is under the broadcast limit (64 KiB by default): a
+// bus's 70 KB error must not turn every later event into a pointer.
+const MaxFailureText = 2048
+
+// boundText is s cut to at most MaxFailureText bytes, on a character boundary, ending
+// in "…" when it was cut: the head, which names the code, is what a reader needs.
+func boundText(s string) string {
+	if len(s) <= MaxFailureText {
+		return s
+	}
+	cut := MaxFailureText - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // ErrStaleLease is returned when the commit's fencing token is no longer the
@@ -128,7 +148,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		noticeID = newNoticeID()
 	}
 	res, err := commitScript.Run(ctx, s.rdb, keys,
-		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, c.Message,
+		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
 		c.Account, c.Connector, noticeID,

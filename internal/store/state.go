@@ -173,7 +173,7 @@ func (s *Store) SetStatus(ctx context.Context, r Ref, status, reason string, cha
 	}
 	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account))
 	res, err := statusScript.Run(ctx, s.rdb, keys, status, now.UnixMilli(), now.Add(-channelRetention).UnixMilli(),
-		now.UTC().Format(time.RFC3339Nano), reason, r.ID, r.Account, r.Connector, noticeID).Int64Slice()
+		now.UTC().Format(time.RFC3339Nano), boundText(reason), r.ID, r.Account, r.Connector, noticeID).Int64Slice()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
 		return false, ErrUnknownDestination
 	}

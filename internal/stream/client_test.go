@@ -1,6 +1,7 @@
 package stream_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/smithy-go"
 
 	"github.com/mercamap/relay/internal/api/apitest"
 	"github.com/mercamap/relay/internal/config"
@@ -294,10 +297,10 @@ func TestACursorOlderThanRetentionGets410AndTheWatcherLoadsANewSnapshot(t *testi
 }
 
 func TestAnOversizedEventComesAsAPointerAndTheWatcherFetchesItByReplay(t *testing.T) {
-	r := apitest.New(t, apitest.Options{Stream: stream.Options{BroadcastLimit: 2048}})
+	r := apitest.New(t, apitest.Options{Stream: stream.Options{BroadcastLimit: 1024}})
 	const ch = "destination:orders-bus"
 	w := startWatcher(t, r.URL, apitest.Acct1Token, ch)
-	big := "AccessDeniedException: " + strings.Repeat("the role may not call events:PutEvents on the bus; ", 80)
+	big := "AccessDeniedException: " + strings.Repeat("the role may not call events:PutEvents on the bus; ", 30)
 	r.Sink.SetBehave(func(string, destination.Message) error { return failures.NewRejected(big, nil) })
 	call(t, "POST", r.URL+"/v1/connectors/eventbridge/destinations/orders-bus/test", apitest.AdminToken)
 	r.Sink.SetBehave(nil)
@@ -312,6 +315,61 @@ func TestAnOversizedEventComesAsAPointerAndTheWatcherFetchesItByReplay(t *testin
 	a := call(t, "GET", r.URL+"/v1/streams/"+ch+"/events?after=0", apitest.Acct1Token)
 	if strings.Contains(a.body, stream.PointerType) || !strings.Contains(a.body, "delivery.rejected") {
 		t.Errorf("replay: %s", a.body)
+	}
+}
+
+// TestALongBusErrorLeavesLiveEventsAsEvents: one bus error of 70 KB on the card must
+// not turn the channel's later live events into pointers (each event carries the card):
+// the card keeps the error's code and head, and the next events arrive whole.
+func TestALongBusErrorLeavesLiveEventsAsEvents(t *testing.T) {
+	r := apitest.New(t, apitest.Options{}) // the default broadcast limit
+	const ch = "destination:orders-bus"
+	long := "User: arn:aws:sts::111122223333:assumed-role/relay/mercamap-acct_1 is not authorized to perform: events:PutEvents " +
+		strings.Repeat("because no identity-based policy allows the events:PutEvents action; ", 1050) // ~70 KB
+	r.Sink.SetBehave(func(string, destination.Message) error {
+		return &smithy.GenericAPIError{Code: "AccessDeniedException", Message: long}
+	})
+	test := func() {
+		call(t, "POST", r.URL+"/v1/connectors/eventbridge/destinations/orders-bus/test", apitest.AdminToken)
+	}
+	test()
+	req, _ := http.NewRequest("GET", r.URL+"/v1/streams/"+ch+"/subscribe", nil)
+	req.Header.Set("Authorization", "Bearer "+apitest.Acct1Token)
+	req.Header.Set("Last-Event-ID", "0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	test()
+	r.Sink.SetBehave(nil)
+	test()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var types, datas []string
+	for len(datas) < 3 && sc.Scan() {
+		line := sc.Text()
+		if typ, ok := strings.CutPrefix(line, "event: "); ok {
+			types = append(types, typ)
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			datas = append(datas, data)
+		}
+	}
+	if want := []string{"delivery.rejected", "delivery.rejected", "delivery.succeeded"}; !slices.Equal(types, want) {
+		t.Fatalf("live events %v, want %v: a long error must not make them pointers", types, want)
+	}
+	var ev struct {
+		Data struct {
+			State stream.CardState `json:"state"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(datas[2]), &ev); err != nil || ev.Data.State.LastFailure == nil {
+		t.Fatalf("the delivery's event %s carries no card state: %v", datas[2], err)
+	}
+	m := ev.Data.State.LastFailure.Message
+	if len(m) > 4096 || !strings.Contains(m, "AccessDeniedException: User: arn:aws:sts::111122223333") {
+		t.Errorf("the card's last failure (%d bytes) is not the error's code and head: %.200q", len(m), m)
 	}
 }
 

@@ -5,6 +5,7 @@
 package kinesis
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"strings"
@@ -26,11 +27,18 @@ const MaxRecordSize = 1 << 20
 // maxPartitionKey is Kinesis's limit on a partition key, in Unicode characters.
 const maxPartitionKey = 256
 
+// DefaultSequenceMemory is how many (destination, stream, partition key) chains a Sink
+// remembers the last sequence number of, by default.
+const DefaultSequenceMemory = 4096
+
 // Options configures the Sink.
 type Options struct {
 	AWS      aws.Config // shared SDK settings (HTTP client, logging); its credentials are never used
 	Assumer  *assume.Assumer
 	Endpoint string // only to point at a local server
+	// SequenceMemory bounds the chains whose last sequence number is remembered
+	// (DefaultSequenceMemory when 0): the least recently written is forgotten first.
+	SequenceMemory int
 }
 
 // Sink writes events to Kinesis streams. It is safe for concurrent use.
@@ -38,16 +46,28 @@ type Sink struct {
 	assumer *assume.Assumer
 	clients assume.Clients[*kinesis.Client]
 
-	mu   sync.Mutex
-	last map[string]string // destination, stream and partition key → last sequence number written
+	// The last sequence number of each recently written chain (destination, stream and
+	// partition key), least recently written at the back. Bounded: there is one chain
+	// per store id, and store ids never stop coming. A forgotten chain's next record
+	// goes without SequenceNumberForOrdering, which costs no order: a destination has
+	// one write in flight at a time, so its records reach Kinesis in order anyway.
+	mu     sync.Mutex
+	chains map[string]*list.Element // chain → its element, holding a *chain
+	recent list.List
+	limit  int
 }
+
+type chain struct{ key, sequence string }
 
 // New returns a Sink.
 func New(o Options) *Sink {
 	if o.AWS.HTTPClient == nil {
 		o.AWS.HTTPClient = awshttp.NewBuildableClient() // one connection pool for every stream's client
 	}
-	s := &Sink{assumer: o.Assumer, last: map[string]string{}}
+	if o.SequenceMemory <= 0 {
+		o.SequenceMemory = DefaultSequenceMemory
+	}
+	s := &Sink{assumer: o.Assumer, chains: map[string]*list.Element{}, limit: o.SequenceMemory}
 	s.clients.New = func(region string, creds aws.CredentialsProvider) *kinesis.Client {
 		return kinesis.NewFromConfig(o.AWS, func(ko *kinesis.Options) {
 			ko.Region = region // the stream's own region, from its ARN
@@ -119,16 +139,31 @@ func partitionKey(d destination.Destination, m destination.Message) string {
 	return d.Account
 }
 
-func (s *Sink) lastSequence(chain string) string {
+// lastSequence is the last sequence number written on key, "" when it is not remembered.
+func (s *Sink) lastSequence(key string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.last[chain]
+	if e, ok := s.chains[key]; ok {
+		return e.Value.(*chain).sequence
+	}
+	return ""
 }
 
-func (s *Sink) setLastSequence(chain, seq string) {
+// setLastSequence remembers seq as key's last, forgetting the least recently written
+// chain when the memory is full.
+func (s *Sink) setLastSequence(key, seq string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last[chain] = seq
+	if e, ok := s.chains[key]; ok {
+		e.Value.(*chain).sequence = seq
+		s.recent.MoveToFront(e)
+		return
+	}
+	if s.recent.Len() >= s.limit {
+		oldest := s.recent.Back()
+		delete(s.chains, s.recent.Remove(oldest).(*chain).key)
+	}
+	s.chains[key] = s.recent.PushFront(&chain{key: key, sequence: seq})
 }
 
 // Check runs the probe and a new session now, for "send a test": the whole path,

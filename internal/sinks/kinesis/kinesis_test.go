@@ -35,6 +35,7 @@ type env struct {
 	sts        *awstest.STS
 	proxy      *awstest.FaultProxy
 	sink       *Sink
+	opts       Options // the sink's
 	dest       destination.Destination
 }
 
@@ -48,9 +49,9 @@ func newEnv(t *testing.T, kinesalite string) env {
 	proxy.RequireSessionFrom(sts)
 	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
 	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
+	opts := Options{AWS: ours, Assumer: a, Endpoint: proxy.URL}
 	return env{
-		kinesalite: kinesalite, stream: name, sts: sts, proxy: proxy,
-		sink: New(Options{AWS: ours, Assumer: a, Endpoint: proxy.URL}),
+		kinesalite: kinesalite, stream: name, sts: sts, proxy: proxy, sink: New(opts), opts: opts,
 		// With a KMS key, so the session policy carries the kms statement too.
 		dest: destination.Destination{ID: "stream-" + name, Account: "acct_123", Connector: destination.Kinesis,
 			StreamARN: "arn:aws:kinesis:eu-west-1:111122223333:stream/" + name, RoleARN: role, KMSKeyARN: kmsKey, ExternalID: extID},
@@ -158,6 +159,62 @@ func TestRecordsAreFlatKeyedAndChainedPerKey(t *testing.T) {
 	}
 	if len(last) != 4 {
 		t.Errorf("records used %d partition keys, want 4 (three stores and the account)", len(last))
+	}
+}
+
+// TestRecordKeepsEveryValueAndEveryDigit reads back from the stream the record of a
+// body whose keys collide once snake_cased, with objects inside arrays and numbers no
+// float64 holds: every value is there, under the contract's names, digit for digit,
+// and the numeric store id is the partition key as written.
+func TestRecordKeepsEveryValueAndEveryDigit(t *testing.T) {
+	e := newEnv(t, awstest.StartKinesalite(t))
+	m := sinktest.Message(e.dest, 1)
+	m.Data = json.RawMessage(`{"metadata":{"store_id":1234567890123456789,"orderId":"A","order_id":"B"},` +
+		`"rows":[{"skuCode":"x","unitPrice":0.10000000000000000555},{"skuCode":"y"}],"total":12345678901234567890}`)
+	m.StoreID = "1234567890123456789"
+	if err := e.send(t, m); err != nil {
+		t.Fatal(err)
+	}
+	r := awstest.ReadStream(t, e.kinesalite, e.stream, 1)[0]
+	want := `{"id":"` + m.ID + `","type":"job.completed","data_metadata_store_id":1234567890123456789,` +
+		`"data_metadata_order_id":"A","data_metadata_order_id__2":"B",` +
+		`"data_rows_0_sku_code":"x","data_rows_0_unit_price":0.10000000000000000555,"data_rows_1_sku_code":"y",` +
+		`"data_total":12345678901234567890,"event_id":"` + m.EventID + `","created_at":"` + m.CreatedAt + `"}`
+	if string(r.Data) != want {
+		t.Errorf("record\n got %s\nwant %s", r.Data, want)
+	}
+	if key := aws.ToString(r.PartitionKey); key != "1234567890123456789" {
+		t.Errorf("partition key %q, want the store id 1234567890123456789", key)
+	}
+}
+
+// TestSequenceMemoryIsBoundedAndForgetsTheLeastRecentChain: the sink remembers the last
+// sequence number of only so many partition keys (one per store id, and store ids
+// never stop coming); a forgotten key's next record is written unchained, and lands.
+func TestSequenceMemoryIsBoundedAndForgetsTheLeastRecentChain(t *testing.T) {
+	e := newEnv(t, awstest.StartKinesalite(t))
+	e.opts.SequenceMemory = 2
+	e.sink = New(e.opts)
+	stores := []string{"store-a", "store-b", "store-c", "store-a", "store-c"}
+	for i, store := range stores {
+		m := sinktest.Message(e.dest, i)
+		m.StoreID = store
+		if err := e.send(t, m); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	records, puts := awstest.ReadStream(t, e.kinesalite, e.stream, len(stores)), e.puts()
+	if len(records) != len(stores) || len(puts) != len(stores) {
+		t.Fatalf("%d records and %d PutRecord calls, want %d each", len(records), len(puts), len(stores))
+	}
+	// store-a was forgotten when store-c came (two remembered: b, c); store-c was not.
+	for i, want := range []string{"", "", "", "", aws.ToString(records[2].SequenceNumber)} {
+		if got, _ := puts[i].Input["SequenceNumberForOrdering"].(string); got != want {
+			t.Errorf("PutRecord %d (%s) ordered after %q, want %q", i, stores[i], got, want)
+		}
+		if got := aws.ToString(records[i].PartitionKey); got != stores[i] {
+			t.Errorf("record %d keyed %q, want %q", i, got, stores[i])
+		}
 	}
 }
 

@@ -138,9 +138,9 @@ func testBody(t *testing.T, b Backend) {
 		}
 		return
 	}
-	// Flattened (Kinesis): one level of snake_case keys, arrays kept as values.
+	// Flattened (Kinesis): one level of snake_case keys, array items by index.
 	flat := map[string]any{"data_job_id": "job-001", "data_result_size_bytes": 1001.0,
-		"data_result_pages": []any{"a", "b"}, "data_metadata_store_id": m.StoreID}
+		"data_result_pages_0": "a", "data_result_pages_1": "b", "data_metadata_store_id": m.StoreID}
 	for k, want := range flat {
 		if !reflect.DeepEqual(normalize(got[k]), want) {
 			t.Errorf("flattened body %q = %#v, want %#v (body: %v)", k, got[k], want, got)
