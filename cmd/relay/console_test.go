@@ -169,6 +169,7 @@ func TestConsoleInChromium(t *testing.T) {
 	r.shot(admin, "disabled-es")
 
 	a, b := r.cardState(page, "orders-bus"), r.cardState(admin, "orders-bus")
+	t.Logf("reconnected page: %+v; live page: %+v", a, b)
 	if a.Sequence != b.Sequence || a.Status != b.Status || a.Failures != b.Failures ||
 		a.LastFailure != b.LastFailure || a.LastDelivery != b.LastDelivery {
 		t.Errorf("after the restart the card holds %+v, the page that never left %+v", a, b)
@@ -525,6 +526,9 @@ func (r *consoleRig) cardState(ctx context.Context, id string) cardState {
 // colours; a blank one a handful) and keeps it under r.shots.
 func (r *consoleRig) shot(ctx context.Context, name string) {
 	r.t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`)); err != nil {
+		r.t.Fatal(err)
+	}
 	buf, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		r.t.Fatalf("screenshot %s: %v", name, err)

@@ -1,5 +1,5 @@
 // The console: sign-in, one page per connector, one live card per destination.
-// Everything is built with DOM calls (never innerHTML), so nothing a card holds can
+// Everything is built with DOM calls, never by parsing markup, so nothing a card holds can
 // run as markup.
 
 import { ApiError, call, clearToken, destinationPath, setToken, token } from './api.js';
@@ -20,7 +20,7 @@ function el(tag, attrs = {}, ...children) {
     else if (k === 'class') e.className = v;
     else e.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -213,10 +213,10 @@ class CardView {
         el('span', { class: 'badge status' }),
         el('span', { class: 'badge live-state' })),
       el('dl', { class: 'target' }, targetRows(c)),
-      el('section', { class: 'setup' }, setupBlocks(c)),
       this.stateBox,
       el('div', { class: 'actions' }, buttons),
       this.outcomeBox,
+      el('section', { class: 'setup' }, setupBlocks(c)),
       details,
     );
     this.renderState();
@@ -440,7 +440,7 @@ function cloudScope(c) {
 function init() {
   setLanguage(language());
   $('lang').addEventListener('change', () => {
-    setLanguage($('lang').value);
+    setLanguage($('lang').value, true);
     renderChrome();
     for (const v of app.views.values()) v.render();
   });

@@ -6,8 +6,8 @@
 // resync.required or too many held events load a new snapshot. After a reconnection of
 // any length it holds what a follower that never left holds, with no event applied twice.
 //
-// EventSource cannot send an Authorization header, so the stream is read with fetch()
-// and a ReadableStream, and the token never goes into a URL.
+// The browser's own SSE client cannot send an Authorization header, so the stream is
+// read with fetch() and a ReadableStream, and the token never goes into a URL.
 
 import { ApiError, call, channelPath, errorOf, headers } from './api.js';
 

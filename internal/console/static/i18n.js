@@ -180,10 +180,12 @@ let current = pickLanguage();
 
 export function language() { return current; }
 
-export function setLanguage(lang) {
+// setLanguage switches to lang; save keeps it as the user's choice for the next visits
+// (only the switch saves: the browser's language is read afresh each time otherwise).
+export function setLanguage(lang, save = false) {
   if (!words[lang]) return;
   current = lang;
-  localStorage.setItem('relay.lang', lang);
+  if (save) localStorage.setItem('relay.lang', lang);
   document.documentElement.lang = lang;
 }
 
