@@ -184,6 +184,10 @@ func TestConsoleInChromium(t *testing.T) {
 				name, s.Snapshots, s.FirstSnapshot, s.Applied, s.Sequence)
 		}
 	}
+	// The stream resent what the reconnected page had replayed: it came twice, was applied once.
+	if a.DuplicatesDropped == 0 {
+		t.Error("the reconnected page dropped no duplicate: the resent events were not seen")
+	}
 	var api struct{ Sequence int64 }
 	getJSON(t, r.apis[1]+"/v1/connectors/eventbridge/destinations/orders-bus", consoleAdminToken, &api)
 	if api.Sequence != a.Sequence {

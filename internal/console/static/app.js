@@ -173,6 +173,7 @@ class CardView {
         this.renderState();
         if (this.attempts.open && ev.type.startsWith('delivery.')) this.loadAttempts(true);
       },
+      onDrop: () => { this.root.dataset.duplicatesDropped = String(this.follower.duplicatesDropped); },
       onState: (state, err) => {
         this.root.dataset.live = state;
         if (err) this.notice = t('actionFailed', { code: err.code || '', message: err.message });
@@ -270,7 +271,7 @@ class CardView {
     if (this.testOutcome) {
       const o = this.testOutcome;
       this.outcomeBox.append(el('span', { class: 'test-outcome', 'data-outcome': o.outcome },
-        t('testOutcome', { outcome: t('outcome_' + o.outcome) }), o.message ? ' — ' + o.message : ''));
+        t('testOutcome', { outcome: t('outcome_' + o.outcome) }), o.message && o.message !== o.outcome ? ' — ' + o.message : ''));
     }
     if (this.notice) this.outcomeBox.append(el('span', { class: 'notice' }, this.notice));
   }

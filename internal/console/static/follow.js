@@ -22,7 +22,8 @@ const replayLimit = 1000;
 const rememberedIds = 2000;
 
 export class Follower {
-  // opts: channel, onSnapshot(card), onApply(event, card|null), onState(state, error).
+  // opts: channel, onSnapshot(card), onApply(event, card|null), onDrop(event) for a
+  // duplicate, onState(state, error).
   // States: connecting, live, reconnecting, catching-up, stopped.
   constructor(opts) {
     this.opts = opts;
@@ -123,6 +124,7 @@ export class Follower {
     if (!ev || !(ev.sequence > 0)) return;
     if (ev.sequence <= this.cursor || this.appliedIds.has(ev.id)) {
       this.duplicatesDropped++;
+      if (this.opts.onDrop) this.opts.onDrop(ev);
       return;
     }
     if (ev.sequence === this.cursor + 1) {
