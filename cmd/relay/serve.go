@@ -20,6 +20,7 @@ import (
 
 	"github.com/mercamap/relay/internal/api"
 	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/console"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/ingest"
 	"github.com/mercamap/relay/internal/notify"
@@ -138,7 +139,8 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
-		Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api")})
+		Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api"),
+		Console: console.New(console.Options{DisableAfter: cfg.Delivery.DisableAfter})})
 	reg.MustRegister(api.NewQueueDepth(st, disp.Held))
 	ln, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {

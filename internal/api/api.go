@@ -43,6 +43,8 @@ type Options struct {
 	// Registerer, when set, gets the API's own metrics (connections closed to make room).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Console, when set, serves the browser console under /console/ (internal/console).
+	Console http.Handler
 }
 
 // Server is the operator API. Handler serves it.
@@ -138,6 +140,11 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/streams/{channel}/snapshot", s.authed(s.snapshot))
 	m.HandleFunc("GET /v1/streams/{channel}/events", s.authed(s.events))
 	m.HandleFunc("GET /v1/streams/{channel}/subscribe", s.authed(s.subscribe))
+
+	m.HandleFunc("GET /v1/whoami", s.authed(s.whoami))
+	if s.opts.Console != nil {
+		s.consoleRoutes(m)
+	}
 
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("no such route: "+r.Method+" "+r.URL.Path))

@@ -1,0 +1,56 @@
+// Calls to the operator API on this page's own origin. The token lives in
+// sessionStorage (this tab only, gone when it closes) and travels only in the
+// Authorization header, never in a URL.
+
+const tokenKey = 'relay.token';
+
+export function token() { return sessionStorage.getItem(tokenKey) || ''; }
+export function setToken(v) { sessionStorage.setItem(tokenKey, v); }
+export function clearToken() { sessionStorage.removeItem(tokenKey); }
+
+// ApiError is the API's {"error":{"code","message"}} with its HTTP status.
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+export async function errorOf(resp) {
+  let code = 'HTTP_' + resp.status;
+  let message = resp.statusText;
+  try {
+    const body = await resp.json();
+    if (body && body.error) ({ code, message } = body.error);
+  } catch { /* not JSON: keep the status */ }
+  return new ApiError(resp.status, code, message);
+}
+
+export function headers(extra = {}) {
+  return { Authorization: 'Bearer ' + token(), ...extra };
+}
+
+// call sends one request and returns the decoded JSON answer, or throws an ApiError.
+export async function call(method, path, { query, body, signal } = {}) {
+  let url = path;
+  if (query) url += '?' + new URLSearchParams(query).toString();
+  const init = { method, headers: headers(), cache: 'no-store', signal };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers['Content-Type'] = 'application/json';
+  }
+  const resp = await fetch(url, init);
+  if (!resp.ok) throw await errorOf(resp);
+  return resp.json();
+}
+
+export function destinationPath(connector, id, action = '') {
+  let p = '/v1/connectors/' + encodeURIComponent(connector) + '/destinations/' + encodeURIComponent(id);
+  if (action) p += '/' + action;
+  return p;
+}
+
+export function channelPath(channel, action) {
+  return '/v1/streams/' + encodeURIComponent(channel) + '/' + action;
+}
