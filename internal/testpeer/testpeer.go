@@ -330,7 +330,7 @@ func SharedRabbitMQ(t testing.TB) string {
 	Need(t, rabbitServer)
 	Need(t, "epmd")
 	shared.once.Do(func() {
-		removeStaleSharedDirs()
+		removeStaleSharedDirs("testpeer-rabbitmq")
 		dir, err := os.MkdirTemp("", fmt.Sprintf("testpeer-rabbitmq-%d-", os.Getpid()))
 		if err != nil {
 			shared.err = err
@@ -353,12 +353,12 @@ func SharedRabbitMQ(t testing.TB) string {
 	return shared.url
 }
 
-// removeStaleSharedDirs deletes the directories of shared brokers whose test binary,
-// named by the pid in the directory name, is gone.
-func removeStaleSharedDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "testpeer-rabbitmq-*-*"))
+// removeStaleSharedDirs deletes the directories of shared peers (named prefix-pid-…)
+// whose test binary, named by the pid, is gone.
+func removeStaleSharedDirs(prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"-*-*"))
 	for _, dir := range dirs {
-		pid, err := strconv.Atoi(strings.Split(filepath.Base(dir), "-")[2])
+		pid, err := strconv.Atoi(strings.Split(strings.TrimPrefix(filepath.Base(dir), prefix+"-"), "-")[0])
 		if err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
 			os.RemoveAll(dir)
 		}
