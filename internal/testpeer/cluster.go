@@ -31,6 +31,22 @@ type clusterNode struct {
 	proc          *proc
 }
 
+// start runs the node's redis-server; its nodes.conf keeps its place in the cluster.
+func (n *clusterNode) start() error {
+	p, err := startProc(filepath.Join(n.dir, "redis.log"), nil, "redis-server",
+		"--port", strconv.Itoa(n.port), "--cluster-port", strconv.Itoa(n.busPort), "--bind", "127.0.0.1",
+		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
+		"--cluster-node-timeout", "2000", "--dir", n.dir, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--logfile", "")
+	n.proc = p
+	return err
+}
+
+func (n *clusterNode) waitPing() error {
+	r := &Redis{port: n.port}
+	return waitReady(n.proc, 10*time.Second, 10*time.Millisecond, r.ping, filepath.Join(n.dir, "redis.log"))
+}
+
 func (n *clusterNode) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
 
 // StartRedisCluster starts a private Redis Cluster (6 redis-server nodes, then
@@ -139,20 +155,13 @@ func (c *RedisCluster) start() error {
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return err
 		}
-		logPath := filepath.Join(n.dir, "redis.log")
-		n.proc, err = startProc(logPath, nil, "redis-server",
-			"--port", strconv.Itoa(n.port), "--cluster-port", strconv.Itoa(n.busPort), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
-			"--cluster-node-timeout", "2000", "--dir", n.dir, "--save", "", "--appendonly", "no",
-			"--daemonize", "no", "--logfile", "")
-		if err != nil {
+		if err := n.start(); err != nil {
 			return err
 		}
 		c.nodes = append(c.nodes, n)
 	}
 	for _, n := range c.nodes {
-		r := &Redis{port: n.port}
-		if err := waitReady(n.proc, 10*time.Second, 10*time.Millisecond, r.ping, filepath.Join(n.dir, "redis.log")); err != nil {
+		if err := n.waitPing(); err != nil {
 			return err
 		}
 	}
@@ -288,6 +297,25 @@ func (c *RedisCluster) KillMasterOf(t testing.TB, key string) string {
 	return addr
 }
 
+// Restart starts the killed node at addr again and waits until it has rejoined (as the
+// replica of the master that took its slots over) and every master has a replica in sync.
+func (c *RedisCluster) Restart(t testing.TB, addr string) {
+	t.Helper()
+	n := c.node(t, addr)
+	if n.proc.running() {
+		t.Fatalf("testpeer: %s is running", addr)
+	}
+	if err := n.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.waitPing(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitOK(60*time.Second, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Pause stops the node at addr (SIGSTOP) until the returned resume is called (SIGCONT):
 // a replica that holds still acknowledges nothing.
 func (c *RedisCluster) Pause(t testing.TB, addr string) (resume func()) {
@@ -309,4 +337,3 @@ func (c *RedisCluster) kill() {
 		n.proc.signal(syscall.SIGKILL, 10*time.Second)
 	}
 }
-
