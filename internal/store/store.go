@@ -38,6 +38,9 @@ type Options struct {
 	// MinReplicas is how many replicas must hold an append, or a lease, before the store
 	// reports it done (Redis WAIT after the write, on its connection); 0 waits for none.
 	MinReplicas int
+	// CheckTimeout, when set, tries each command once, dialling for at most this long:
+	// for a check that must answer soon rather than wait for Redis.
+	CheckTimeout time.Duration
 }
 
 // clusterReload is how old the cluster client's slot map may grow before it reloads it.
@@ -61,6 +64,9 @@ func Connect(o Options) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
+		if o.CheckTimeout > 0 {
+			opts.MaxRetries, opts.DialerRetries, opts.DialTimeout = -1, 1, o.CheckTimeout
+		}
 		return &Store{rdb: redis.NewClient(opts), minReplicas: o.MinReplicas}, nil
 	}
 	opts := &redis.ClusterOptions{}
@@ -74,6 +80,9 @@ func Connect(o Options) (*Store, error) {
 		}
 	}
 	opts.Addrs = append(opts.Addrs, o.Cluster...)
+	if o.CheckTimeout > 0 {
+		opts.MaxRetries, opts.MaxRedirects, opts.DialerRetries, opts.DialTimeout = -1, 1, 1, o.CheckTimeout
+	}
 	if opts.ClusterStateReloadInterval == 0 {
 		// The client learns of a failover from MOVED replies or by reloading its slot map;
 		// a master that is gone sends nothing, so reload often (one CLUSTER SLOTS a second).
