@@ -215,9 +215,20 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 }
 
 // RedisURL returns a fresh private Redis for the test (StartRedis(t).URL()); cheap (~20 ms).
+// With RELAY_TEST_REDIS=cluster it returns instead the URL of the test binary's shared
+// Redis Cluster, emptied (SharedRedisCluster): make test runs the ingest suite that way
+// too. Tests that use it then must not run in parallel.
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	return StartRedis(t).URL()
+	switch kind := os.Getenv("RELAY_TEST_REDIS"); kind {
+	case "", "single":
+		return StartRedis(t).URL()
+	case "cluster":
+		return SharedRedisCluster(t).URL()
+	default:
+		t.Fatalf("RELAY_TEST_REDIS=%q: want single or cluster", kind)
+		return ""
+	}
 }
 
 // Addr returns host:port of the server.
