@@ -16,8 +16,8 @@ const maxFollowers = 32
 // account's workers when events arrive, so an idle worker does not have to poll fast.
 // A blocking read covers one group of accounts (store.LogGroups: all of them on one
 // server, one hash slot's on Redis Cluster), so each group has its own follower. Every
-// Poll (at most a second) it looks at the destinations configured then: an account added by a reload is
-// followed from then on, one removed is no longer read.
+// Poll (at most a second) it looks at the destinations configured then: an account
+// added by a reload is followed from then on, one removed is no longer read.
 func (d *Dispatcher) watchLogs(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
