@@ -6,9 +6,12 @@ PEERS_DIR := .peers
 
 .PHONY: test peers-up peers-down build demo bench bench-ingest drill fuzz
 
+# The store suite runs each test on one server and on Redis Cluster; the ingest suite
+# runs again with RELAY_TEST_REDIS=cluster (one shared cluster for the test binary).
 test:
 	go vet ./...
 	go test -count=1 -timeout 12m ./...
+	RELAY_TEST_REDIS=cluster go test -count=1 -timeout 5m ./internal/ingest/
 
 peers-up:
 	scripts/peers.sh start $(PEERS_DIR)

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/mercamap/relay/internal/config"
@@ -80,12 +79,12 @@ func checkIssued(ctx context.Context, cfg *config.Config) (config.Problems, stri
 	if !slices.ContainsFunc(cfg.Destinations, func(d destination.Destination) bool { return d.Connector.IsAWS() }) {
 		return nil, ""
 	}
-	opts, err := redis.ParseURL(cfg.Redis.URL)
+	o := storeOptions(cfg.Redis)
+	o.CheckTimeout = redisCheckTimeout // one try: a check, not a wait
+	st, err := store.Connect(o)
 	if err != nil {
 		return nil, "redis.url: cannot be opened: the ExternalIds were not compared with those Redis holds (serve compares them at start and on reload, and refuses a change)"
 	}
-	opts.MaxRetries, opts.DialerRetries, opts.DialTimeout = -1, 1, redisCheckTimeout // one try: a check, not a wait
-	st := store.New(redis.NewClient(opts))
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
 	defer cancel()
@@ -121,7 +120,7 @@ Destinations Redis holds that the config no longer lists are printed as comments
 			if err != nil {
 				return err
 			}
-			st, err := store.Open(cfg.Redis.URL)
+			st, err := store.Connect(storeOptions(cfg.Redis))
 			if err != nil {
 				return fmt.Errorf("redis.url: %w", err)
 			}

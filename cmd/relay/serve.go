@@ -77,7 +77,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	st, err := store.Open(cfg.Redis.URL)
+	st, err := store.Connect(storeOptions(cfg.Redis))
 	if err != nil {
 		return fmt.Errorf("redis.url: %w", err)
 	}
@@ -326,4 +326,9 @@ func failpoint(name string) func() {
 		return nil
 	}
 	return func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+}
+
+// storeOptions is the store's view of the redis section: one server or a cluster.
+func storeOptions(r config.Redis) store.Options {
+	return store.Options{URL: r.URL, Cluster: r.Cluster, MinReplicas: r.MinReplicas}
 }

@@ -37,10 +37,7 @@ func (p *parser) check(c *Config) {
 	}
 	p.checkIdentity(c)
 	p.checkRabbitMQ(&c.RabbitMQ)
-	if v, ok := p.secret("redis.url", c.Redis.URL); ok {
-		c.Redis.URL = v
-		p.checkURL("redis.url", v, "redis", "rediss", "redis://host:6379/0")
-	}
+	p.checkRedis(&c.Redis)
 	p.checkSignature(c)
 	p.checkAPI(&c.API, accountIDs)
 	if msg := destination.CheckRegion(c.AWS.Region); msg != "" {
@@ -414,6 +411,32 @@ func (p *parser) checkID(path, v, what string) bool {
 }
 
 // checkURL checks a URL that may hold a password: no message repeats any part of it.
+// maxMinReplicas bounds redis.min_replicas: more replicas per master than anyone runs
+// is a typo, and every append would wait for acknowledgements that cannot come.
+const maxMinReplicas = 5
+
+// checkRedis checks the one server or the cluster the store runs on.
+func (p *parser) checkRedis(r *Redis) {
+	if len(r.Cluster) == 0 || r.URL != "" {
+		if v, ok := p.secret("redis.url", r.URL); ok {
+			r.URL = v
+			p.checkURL("redis.url", v, "redis", "rediss", "redis://host:6379/0")
+			if u, err := url.Parse(v); err == nil && (len(r.Cluster) > 0 || u.Query().Has("addr")) && u.Path != "" && u.Path != "/" && u.Path != "/0" {
+				p.add("redis.url", "names a database, but Redis Cluster has only database 0: leave the path out")
+			}
+		}
+	}
+	for i, addr := range r.Cluster {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" || port == "" || !validPort(port) {
+			p.add(fmt.Sprintf("redis.cluster[%d]", i), "must be host:port of a Redis Cluster node, like redis-0.redis:6379")
+		}
+	}
+	if r.MinReplicas < 0 || r.MinReplicas > maxMinReplicas {
+		p.add("redis.min_replicas", "must be between 0 and %d: how many replicas must hold an append before the broker is acked", maxMinReplicas)
+	}
+}
+
 func (p *parser) checkURL(path, v, scheme, tlsScheme, example string) {
 	if v == "" {
 		p.add(path, "is required: a %s:// or %s:// URL, like %s (write env:NAME or file:PATH rather than the URL itself)", scheme, tlsScheme, example)

@@ -52,13 +52,23 @@ func (r RabbitMQ) String() string {
 // GoString is String, so %#v does not print the URL either.
 func (r RabbitMQ) GoString() string { return "config.RabbitMQ" + r.String() }
 
-// Redis is the store.
+// Redis is the store: one server, or Redis Cluster.
 type Redis struct {
-	URL string // secret: redis:// or rediss://, may hold a password
+	// URL is one server (redis://host:6379/0), or Redis Cluster when it names more seed
+	// nodes with addr= (redis://h1:6379?addr=h2:6379). Secret: it may hold a password.
+	URL string
+	// Cluster lists Redis Cluster seed nodes (host:port); URL is then optional and gives
+	// the scheme, credentials and client options.
+	Cluster []string
+	// MinReplicas is how many replicas must hold an append (Redis WAIT) before the
+	// broker is acked, and a lease before it is used; 0 waits for none.
+	MinReplicas int
 }
 
 // String leaves the URL out.
-func (r Redis) String() string { return "{URL:" + redacted(r.URL) + "}" }
+func (r Redis) String() string {
+	return fmt.Sprintf("{URL:%s Cluster:%v MinReplicas:%d}", redacted(r.URL), r.Cluster, r.MinReplicas)
+}
 
 // GoString is String.
 func (r Redis) GoString() string { return "config.Redis" + r.String() }

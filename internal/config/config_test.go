@@ -239,6 +239,26 @@ func TestBaseDocIsValid(t *testing.T) {
 	}
 }
 
+func TestRedisClusterIsConfiguredBySeedNodesOrByAClusterURL(t *testing.T) {
+	for _, tc := range []struct {
+		redis string
+		want  Redis
+	}{
+		{`redis: {cluster: ["redis-0:6379", "redis-1:6379"], min_replicas: 1}`,
+			Redis{Cluster: []string{"redis-0:6379", "redis-1:6379"}, MinReplicas: 1}},
+		{`redis: {url: "rediss://:pw@h1:6379?addr=h2:6379&addr=h3:6379"}`,
+			Redis{URL: "rediss://:pw@h1:6379?addr=h2:6379&addr=h3:6379"}},
+	} {
+		c, err := Parse([]byte(doc(map[string]string{"redis": tc.redis})), env(nil), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.redis, err)
+		}
+		if !reflect.DeepEqual(c.Redis, tc.want) {
+			t.Errorf("%s: Redis = %v, want %v", tc.redis, c.Redis, tc.want)
+		}
+	}
+}
+
 func TestEachProblemIsReportedAtItsPath(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -301,6 +321,12 @@ func TestEachProblemIsReportedAtItsPath(t *testing.T) {
 			"rabbitmq.exchange", "is required"},
 		{"redis.url missing", map[string]string{"redis": ""}, nil,
 			"redis.url", "is required"},
+		{"redis.cluster address without a port", map[string]string{"redis": `redis: {cluster: ["redis-0:6379", "redis-1"]}`}, nil,
+			"redis.cluster[1]", "must be host:port"},
+		{"redis cluster url naming a database", map[string]string{"redis": `redis: {url: "redis://h1:6379/2?addr=h2:6379"}`}, nil,
+			"redis.url", "Redis Cluster has only database 0"},
+		{"redis.min_replicas negative", map[string]string{"redis": `redis: {url: "redis://h:6379/0", min_replicas: -1}`}, nil,
+			"redis.min_replicas", "must be between 0 and 5"},
 		{"no signature key", map[string]string{"signature": "signature: {max_age: 1h}", "dedup_window": "dedup_window: 2h"}, nil,
 			"signature.keys", "at least one key is required"},
 		{"principal missing with an AWS destination", map[string]string{"identity": "identity: {gcp_service_account: relay@relay-prod.iam.gserviceaccount.com}"}, nil,
@@ -377,7 +403,7 @@ func TestEachProblemIsReportedAtItsPath(t *testing.T) {
 		{"aws region in GovCloud", map[string]string{"aws": "aws: {region: us-gov-west-1}"}, nil,
 			"aws.region", "is a GovCloud region"},
 		{"section not a mapping", map[string]string{"redis": "redis: redis://localhost/"}, nil,
-			"redis", "must be a mapping of keys (url)"},
+			"redis", "must be a mapping of keys (cluster, min_replicas, url)"},
 		{"accounts not a list", map[string]string{"accounts": "accounts: {id: acct_123}", "destinations": "", "api": ""}, nil,
 			"accounts", "must be a list"},
 		{"unset env var", map[string]string{"redis": "redis: {url: env:RELAY_REDIS_URL}"}, nil,

@@ -120,7 +120,9 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 		},
 		"redis": func(v *yaml.Node, path string) {
 			w.object(v, path, fields{
-				"url": func(v *yaml.Node, path string) { w.str(v, path, &c.Redis.URL) },
+				"url":          func(v *yaml.Node, path string) { w.str(v, path, &c.Redis.URL) },
+				"cluster":      func(v *yaml.Node, path string) { w.strs(v, path, &c.Redis.Cluster) },
+				"min_replicas": func(v *yaml.Node, path string) { w.integer(v, path, &c.Redis.MinReplicas) },
 			})
 		},
 		"signature": func(v *yaml.Node, path string) {

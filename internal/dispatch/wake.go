@@ -2,39 +2,80 @@ package dispatch
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"time"
 )
 
+// maxFollowers bounds the blocking reads the log watcher holds open, each on its own
+// Redis connection: on Redis Cluster one per hash slot with followed accounts. Accounts
+// past it are not followed; their workers find new events by polling (Options.Poll).
+const maxFollowers = 32
+
 // watchLogs follows the logs of every account with destinations and wakes that
 // account's workers when events arrive, so an idle worker does not have to poll fast.
-// Each round follows the accounts of the destinations configured then: one added by a
-// reload is followed from its next round, one removed is no longer read.
+// A blocking read covers one group of accounts (store.LogGroups: all of them on one
+// server, one hash slot's on Redis Cluster), so each group has its own follower. Every
+// Poll (at most a second) it looks at the destinations configured then: an account
+// added by a reload is followed from then on, one removed is no longer read.
 func (d *Dispatcher) watchLogs(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	running := map[string]context.CancelFunc{} // group (its accounts, joined) → its follower
+	defer func() {
+		for _, stop := range running {
+			stop()
+		}
+	}()
+	for ctx.Err() == nil {
+		var accts []string
+		for _, dest := range d.Destinations() {
+			accts = append(accts, dest.Account)
+		}
+		groups := d.opts.Store.LogGroups(accts)
+		wanted := map[string]bool{}
+		for _, g := range groups[:min(len(groups), maxFollowers)] {
+			key := strings.Join(g, ",")
+			wanted[key] = true
+			if _, ok := running[key]; ok {
+				continue
+			}
+			fctx, stop := context.WithCancel(ctx)
+			running[key] = stop
+			wg.Go(func() { d.follow(fctx, g) })
+		}
+		for key, stop := range running {
+			if !wanted[key] {
+				stop()
+				delete(running, key)
+			}
+		}
+		sleep(ctx, min(d.opts.Poll, time.Second))
+	}
+}
+
+// follow wakes the workers of accts (one group of store.LogGroups) whenever their logs
+// grow, until ctx ends.
+func (d *Dispatcher) follow(ctx context.Context, accts []string) {
 	after := map[string]string{}
 	for ctx.Err() == nil {
-		wanted := map[string]bool{}
-		for _, dest := range d.Destinations() {
-			wanted[dest.Account] = true
-			if _, ok := after[dest.Account]; !ok {
-				id, err := d.opts.Store.LastLogID(ctx, dest.Account)
-				if err != nil {
-					break
-				}
-				after[dest.Account] = id
+		for _, acct := range accts {
+			if _, ok := after[acct]; ok {
+				continue
 			}
-		}
-		for acct := range after {
-			if !wanted[acct] {
-				delete(after, acct)
+			id, err := d.opts.Store.LastLogID(ctx, acct)
+			if err != nil {
+				break
 			}
+			after[acct] = id
 		}
-		if len(after) == 0 {
-			sleep(ctx, d.opts.Poll)
+		if len(after) < len(accts) {
+			sleep(ctx, d.opts.Poll) // workers still poll on their own meanwhile
 			continue
 		}
 		news, err := d.opts.Store.WaitLogs(ctx, after, time.Second)
 		if err != nil {
-			sleep(ctx, d.opts.Poll) // workers still poll on their own meanwhile
+			sleep(ctx, d.opts.Poll)
 			continue
 		}
 		for acct, id := range news {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,62 +53,54 @@ func (a Appended) Duplicate() bool {
 	return true
 }
 
-// appendScript does, for each account, the dedup SET NX on the ce-id and the XADD to the
-// account's log, atomically. KEYS come in pairs (seen key, log key); ARGV is the dedup TTL
-// in ms, the MINID that trims the log by age, then the entry's field/value pairs.
+// appendScript appends an event to one account's log: the dedup SET NX on the ce-id and
+// the XADD, atomically. KEYS are the seen key and the log key (one account, one slot);
+// ARGV is the dedup TTL in ms, the MINID that trims the log by age, then the entry's
+// field/value pairs. It returns the log id, or "" for a duplicate. A duplicate rewrites
+// its marker unchanged (value and TTL kept): a write of this connection, so a WAIT after
+// it also covers the earlier write that stored the event (replication is in order).
 var appendScript = redis.NewScript(`
-local ttl = ARGV[1]
-local minid = ARGV[2]
-local out = {}
-for i = 1, #KEYS, 2 do
-  if redis.call('SET', KEYS[i], '1', 'NX', 'PX', ttl) then
-    out[#out + 1] = redis.call('XADD', KEYS[i + 1], 'MINID', '~', minid, '*', unpack(ARGV, 3))
-  else
-    out[#out + 1] = ''
-  end
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  return redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[2], '*', unpack(ARGV, 3))
 end
-return out
+redis.call('SET', KEYS[1], '1', 'XX', 'KEEPTTL')
+return ''
 `)
 
-// AppendBatch appends several events in one round trip (a pipeline of one script call
-// per event). Each event is atomic on its own: its dedup markers and log entries are
-// written together or not at all. dedup is the lifetime of a ce-id marker; logMaxAge
-// trims each log of entries older than that.
-//
-// The script touches the keys of several accounts at once, which one Redis server
-// allows; on Redis Cluster each account would need its own call (still safe: the
-// dedup marker is per account, so a retried event lands once in each).
+// AppendBatch appends several events in one round trip per Redis master: one script
+// call per event and account, pipelined, so every call stays in one account's slot.
+// Each call is atomic: the account's dedup marker and log entry are written together or
+// not at all, so an event retried after a partial failure lands once in each account.
+// With Options.MinReplicas it returns only once that many replicas hold every append
+// (else a NotReplicatedError: nothing may be acked yet). dedup is the lifetime of a
+// ce-id marker; logMaxAge trims each log of entries older than that.
 func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAge time.Duration) ([]Appended, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
 	ttl := strconv.FormatInt(dedup.Milliseconds(), 10)
 	minID := strconv.FormatInt(time.Now().Add(-logMaxAge).UnixMilli(), 10)
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
-	for i, a := range batch {
-		keys := make([]string, 0, 2*len(a.Accounts))
-		for _, acct := range a.Accounts {
-			keys = append(keys, seenKey(acct, a.Entry.EventID), logKey(acct))
-		}
+	var calls []call
+	for _, a := range batch {
 		args := append([]any{ttl, minID}, a.Entry.fields()...)
-		cmds[i] = appendScript.EvalSha(ctx, pipe, keys, args...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return nil, fmt.Errorf("append %d events: %w", len(batch), err)
-	} else if err != nil {
-		if err := appendScript.Load(ctx, s.rdb).Err(); err != nil {
-			return nil, fmt.Errorf("load append script: %w", err)
+		for _, acct := range a.Accounts {
+			calls = append(calls, call{keys: []string{seenKey(acct, a.Entry.EventID), logKey(acct)}, args: args})
 		}
-		return s.AppendBatch(ctx, batch, dedup, logMaxAge)
+	}
+	cmds, err := s.evalAll(ctx, appendScript, calls, true)
+	if err != nil {
+		return nil, fmt.Errorf("append %d events: %w", len(batch), err)
 	}
 	out := make([]Appended, len(batch))
-	for i, cmd := range cmds {
-		ids, err := cmd.StringSlice()
-		if err != nil {
-			return nil, fmt.Errorf("append %s: %w", batch[i].Entry.EventID, err)
+	k := 0
+	for i, a := range batch {
+		out[i] = make(Appended, len(a.Accounts))
+		for j := range a.Accounts {
+			if out[i][j], err = cmds[k].Text(); err != nil {
+				return nil, fmt.Errorf("append %s: %w", a.Entry.EventID, err)
+			}
+			k++
 		}
-		out[i] = ids
 	}
 	return out, nil
 }
@@ -154,8 +147,32 @@ func (s *Store) LastLogID(ctx context.Context, acct string) (string, error) {
 	return msgs[0].ID, nil
 }
 
+// LogGroups splits accounts into the groups one WaitLogs may follow together: on one
+// server a single group, on Redis Cluster one group per hash slot (a blocking read may
+// not span slots). Groups come in slot order, accounts sorted within each.
+func (s *Store) LogGroups(accts []string) [][]string {
+	sorted := slices.Clone(accts)
+	slices.Sort(sorted)
+	bySlot := map[int][]string{}
+	var slots []int
+	for _, acct := range slices.Compact(sorted) {
+		sl := s.slotOf(logKey(acct))
+		if _, ok := bySlot[sl]; !ok {
+			slots = append(slots, sl)
+		}
+		bySlot[sl] = append(bySlot[sl], acct)
+	}
+	slices.Sort(slots)
+	out := make([][]string, len(slots))
+	for i, sl := range slots {
+		out[i] = bySlot[sl]
+	}
+	return out
+}
+
 // WaitLogs blocks up to block for new entries in the given accounts' logs after the ids
 // in after (account → log id), and returns the accounts that have some with their newest id.
+// The accounts must be one group of LogGroups (one slot on Redis Cluster).
 // It reads at most two entries per account, whatever the backlog: one to learn that the
 // log grew, one to learn its newest id.
 func (s *Store) WaitLogs(ctx context.Context, after map[string]string, block time.Duration) (map[string]string, error) {
@@ -175,7 +192,7 @@ func (s *Store) WaitLogs(ctx context.Context, after map[string]string, block tim
 	if err != nil {
 		return nil, err
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := s.rdb.Pipeline() // on a cluster: one slot, so one master and one round trip
 	newest := make(map[string]*redis.XMessageSliceCmd, len(res))
 	for _, st := range res {
 		acct := strings.TrimSuffix(strings.TrimPrefix(st.Stream, "relay:{"), "}:log")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,80 @@ import (
 func BenchmarkAppendOne(b *testing.B)      { benchmarkAppend(b, 1) }
 func BenchmarkAppendBatch64(b *testing.B)  { benchmarkAppend(b, 64) }
 func BenchmarkAppendBatch256(b *testing.B) { benchmarkAppend(b, 256) } // a full prefetch window
+
+// The spread benchmarks append 256-event batches over 64 accounts, on one server and on
+// a Redis Cluster of 3 masters (+ 3 replicas), with and without WAIT for one replica.
+// Beside events/s they report redis-µs/event: the CPU the Redis masters spent (INFO
+// cpu, summed over masters) per event, the cost a capacity model divides a master by.
+func BenchmarkAppendSpreadSingle(b *testing.B) {
+	benchmarkSpread(b, store.Options{URL: testpeer.StartRedis(b).URL()})
+}
+func BenchmarkAppendSpreadCluster(b *testing.B) {
+	benchmarkSpread(b, store.Options{URL: testpeer.StartRedisCluster(b).URL()})
+}
+func BenchmarkAppendSpreadClusterWait1(b *testing.B) {
+	benchmarkSpread(b, store.Options{URL: testpeer.StartRedisCluster(b).URL(), MinReplicas: 1})
+}
+
+func benchmarkSpread(b *testing.B, o store.Options) {
+	st, err := store.Connect(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	batch := make([]store.Append, 256)
+	for i := range batch {
+		batch[i] = store.Append{Entry: benchEntry(), Accounts: []string{"acct_" + strconv.Itoa(i%64)}}
+	}
+	if _, err := st.AppendBatch(ctx, batch[:64], time.Hour, time.Hour); err != nil { // loads the script on every master
+		b.Fatal(err)
+	}
+	cpu0 := mastersCPU(b, st)
+	seq := 0
+	for b.Loop() {
+		for i := range batch {
+			seq++
+			batch[i].Entry.EventID = "fetcher.job.completed.spread-" + strconv.Itoa(seq)
+		}
+		if _, err := st.AppendBatch(ctx, batch, time.Hour, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric((mastersCPU(b, st)-cpu0).Seconds()*1e6/float64(seq), "redis-µs/event")
+}
+
+// mastersCPU is the CPU time (user + sys) the masters have used, summed.
+func mastersCPU(b *testing.B, st *store.Store) time.Duration {
+	var masters []redis.UniversalClient
+	if c, ok := st.Client().(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		_ = c.ForEachMaster(context.Background(), func(_ context.Context, m *redis.Client) error {
+			mu.Lock()
+			masters = append(masters, m)
+			mu.Unlock()
+			return nil
+		})
+	} else {
+		masters = []redis.UniversalClient{st.Client()}
+	}
+	var total float64
+	for _, m := range masters {
+		info, err := m.Info(context.Background(), "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			if k == "used_cpu_sys" || k == "used_cpu_user" {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
 
 func BenchmarkBareOne(b *testing.B)     { benchmarkBare(b, 1) }
 func BenchmarkBareBatch64(b *testing.B) { benchmarkBare(b, 64) }

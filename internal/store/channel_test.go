@@ -4,16 +4,13 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/mercamap/relay/internal/testpeer"
 )
 
 func TestChannelsKeepGapFreeSequencesAndExpireOldCursors(t *testing.T) {
-	st, err := Open(testpeer.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	onEachRedis(t, testChannelsKeepGapFreeSequencesAndExpireOldCursors)
+}
+
+func testChannelsKeepGapFreeSequencesAndExpireOldCursors(t *testing.T, st *Store) {
 	ctx := context.Background()
 	r := Ref{Account: "acct_1", ID: "orders"}
 	if _, err := st.Ensure(ctx, r, "ext-1", "fp", time.Hour); err != nil {

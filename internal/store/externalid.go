@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,16 +35,24 @@ type IssuedExternalID struct {
 
 // AllExternalIDs returns the ExternalId of every destination with stored state,
 // configured or not (a removed destination keeps its state for when it comes back).
-// It scans the destination keys; it changes nothing.
+// It scans the destination keys of every master; it changes nothing.
 func (s *Store) AllExternalIDs(ctx context.Context) ([]IssuedExternalID, error) {
-	var refs []Ref
-	iter := s.rdb.Scan(ctx, 0, "relay:{*}:dest:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if r, ok := parseDestKey(iter.Val()); ok {
-			refs = append(refs, r)
+	var (
+		mu   sync.Mutex
+		refs []Ref
+	)
+	err := s.forEachMaster(ctx, func(ctx context.Context, m redis.UniversalClient) error {
+		iter := m.Scan(ctx, 0, "relay:{*}:dest:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if r, ok := parseDestKey(iter.Val()); ok {
+				mu.Lock()
+				refs = append(refs, r)
+				mu.Unlock()
+			}
 		}
-	}
-	if err := iter.Err(); err != nil {
+		return iter.Err()
+	})
+	if err != nil {
 		return nil, err
 	}
 	ids, err := s.ExternalIDs(ctx, refs)

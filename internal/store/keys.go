@@ -1,5 +1,7 @@
 package store
 
+import "strings"
+
 // Every key of one account carries the hash tag {acct}, so one account lives in one
 // Redis Cluster slot and its multi-key scripts stay legal there.
 
@@ -23,5 +25,28 @@ func chanSeqKey(acct, channel string) string { return "relay:{" + acct + "}:chan
 func DestinationChannel(id string) string { return "destination:" + id }
 func AccountChannel(acct string) string   { return "account:" + acct }
 
-// replicasKey is the set of live replicas (score: last heartbeat, ms).
-const replicasKey = "relay:replicas"
+// replicasKey is the set of live replicas (score: last heartbeat, ms). It belongs to no
+// account, so it carries a tag of its own: its slot is its own, not some account's.
+const replicasKey = "relay:{replicas}"
+
+// slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag (the part
+// between the first { and the next }, when not empty) or of the whole key, mod 16384.
+func slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

@@ -28,9 +28,14 @@ return tok
 
 // AcquireLease takes the destination's lease for owner, or renews it when owner holds
 // it already. It returns the fencing token, or 0 when another replica holds the lease.
+// With Options.MinReplicas the token is returned only once that many replicas hold it,
+// so a failover cannot hand the same token to a second holder.
 func (s *Store) AcquireLease(ctx context.Context, r Ref, owner string, ttl time.Duration) (int64, error) {
-	return acquireScript.Run(ctx, s.rdb, []string{leaseKey(r.Account, r.ID), destKey(r.Account, r.ID)},
-		owner, ttl.Milliseconds()).Int64()
+	toks, err := s.AcquireLeases(ctx, []Ref{r}, owner, ttl)
+	if err != nil {
+		return 0, err
+	}
+	return toks[0], nil
 }
 
 var releaseScript = redis.NewScript(`
@@ -62,21 +67,18 @@ func (s *Store) Leave(ctx context.Context, owner string) error {
 	return s.rdb.ZRem(ctx, replicasKey, owner).Err()
 }
 
-// AcquireLeases is AcquireLease for many destinations in one round trip: each result is
-// the fencing token, or 0 when another replica holds that lease.
+// AcquireLeases is AcquireLease for many destinations in one round trip per Redis
+// master: each result is the fencing token, or 0 when another replica holds that lease.
 func (s *Store) AcquireLeases(ctx context.Context, refs []Ref, owner string, ttl time.Duration) ([]int64, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	if err := acquireScript.Load(ctx, s.rdb).Err(); err != nil {
-		return nil, err
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(refs))
+	calls := make([]call, len(refs))
 	for i, r := range refs {
-		cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(r.Account, r.ID), destKey(r.Account, r.ID)}, owner, ttl.Milliseconds())
+		calls[i] = call{keys: []string{leaseKey(r.Account, r.ID), destKey(r.Account, r.ID)}, args: []any{owner, ttl.Milliseconds()}}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	cmds, err := s.evalAll(ctx, acquireScript, calls, true)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]int64, len(refs))

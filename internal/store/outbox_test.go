@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
-
-	"github.com/mercamap/relay/internal/testpeer"
 )
 
 func TestOutboxEntryIsHeldByOneDrainerUntilItIsLeftStale(t *testing.T) {
-	s, err := Open(testpeer.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	onEachRedis(t, testOutboxEntryIsHeldByOneDrainerUntilItIsLeftStale)
+}
+
+func testOutboxEntryIsHeldByOneDrainerUntilItIsLeftStale(t *testing.T, s *Store) {
 	ctx := context.Background()
 	r := Ref{Account: "acct_1", ID: "orders-bus", Connector: "eventbridge"}
 	if _, err := s.Ensure(ctx, r, "relay-ext", "fp", time.Hour); err != nil {

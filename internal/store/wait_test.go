@@ -4,21 +4,27 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T) {
-	st, err := Open(testpeer.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	onEachRedis(t, testWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID)
+}
+
+func testWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T, st *Store) {
 	ctx := context.Background()
 	after := map[string]string{}
-	for _, acct := range []string{"acct_busy", "acct_quiet"} {
+	// Two accounts one blocking read may follow together: on Redis Cluster, in one slot.
+	quiet := sameSlotAs("acct_busy", "acct_quiet_")
+	if g := st.LogGroups([]string{"acct_busy", quiet}); len(g) != 1 {
+		t.Fatalf("LogGroups = %v, want one group", g)
+	}
+	var err error
+	for _, acct := range []string{"acct_busy", quiet} {
 		if after[acct], err = st.LastLogID(ctx, acct); err != nil {
 			t.Fatal(err)
 		}
@@ -73,25 +79,58 @@ func TestWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T) {
 	default:
 	}
 	if _, err := st.AppendBatch(ctx, []Append{{Entry: Entry{EventID: "fetcher.job.completed.last", Type: "job.completed",
-		Data: []byte(`{}`)}, Accounts: []string{"acct_quiet"}}}, time.Hour, time.Hour); err != nil {
+		Data: []byte(`{}`)}, Accounts: []string{quiet}}}, time.Hour, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	quiet, _ := st.LastLogID(ctx, "acct_quiet")
-	if news := <-got; len(news) != 1 || news["acct_quiet"] != quiet {
-		t.Fatalf("after one append to acct_quiet: WaitLogs = %v, want acct_quiet at %s", news, quiet)
+	quietID, _ := st.LastLogID(ctx, quiet)
+	if news := <-got; len(news) != 1 || news[quiet] != quietID {
+		t.Fatalf("after one append to %s: WaitLogs = %v, want it at %s", quiet, news, quietID)
 	}
 }
 
-// blockedInXRead reports whether a client of Redis waits in a blocking XREAD.
+func TestLogGroupsSplitAccountsOnlyWhereABlockingReadCannotSpanThem(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		accts := []string{"acct_a", "acct_b", "acct_c", sameSlotAs("acct_a", "acct_a_")}
+		groups := st.LogGroups(accts)
+		_, cluster := st.Client().(*redis.ClusterClient)
+		if !cluster && len(groups) != 1 {
+			t.Fatalf("one server: LogGroups = %v, want all accounts in one group", groups)
+		}
+		if cluster && len(groups) != 3 {
+			t.Fatalf("cluster: LogGroups = %v, want one group per slot (3)", groups)
+		}
+		// Each group can be waited on in one read, and names the account that grew.
+		for _, g := range groups {
+			after := map[string]string{}
+			for _, acct := range g {
+				after[acct] = "0-0"
+			}
+			if _, err := st.AppendBatch(ctx, []Append{{Entry: Entry{EventID: "ev-" + g[0], Data: []byte(`{}`)}, Accounts: g[:1]}}, time.Hour, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			news, err := st.WaitLogs(ctx, after, time.Second)
+			if err != nil || len(news) != 1 || news[g[0]] == "" {
+				t.Fatalf("WaitLogs(%v) = %v, %v; want %s", g, news, err, g[0])
+			}
+		}
+	})
+}
+
+// blockedInXRead reports whether a client of a Redis master waits in a blocking XREAD.
 func blockedInXRead(t *testing.T, st *Store) bool {
-	list, err := st.Client().ClientList(context.Background()).Result()
+	var blocked atomic.Bool // the masters answer in parallel
+	err := st.forEachMaster(context.Background(), func(ctx context.Context, m redis.UniversalClient) error {
+		list, err := m.ClientList(ctx).Result()
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " cmd=xread") && strings.Contains(line, " flags=b") {
+				blocked.Store(true)
+			}
+		}
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(list, "\n") {
-		if strings.Contains(line, " cmd=xread") && strings.Contains(line, " flags=b") {
-			return true
-		}
-	}
-	return false
+	return blocked.Load()
 }

@@ -215,9 +215,20 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 }
 
 // RedisURL returns a fresh private Redis for the test (StartRedis(t).URL()); cheap (~20 ms).
+// With RELAY_TEST_REDIS=cluster it returns instead the URL of the test binary's shared
+// Redis Cluster, emptied (SharedRedisCluster): make test runs the ingest suite that way
+// too. Tests that use it then must not run in parallel.
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	return StartRedis(t).URL()
+	switch kind := os.Getenv("RELAY_TEST_REDIS"); kind {
+	case "", "single":
+		return StartRedis(t).URL()
+	case "cluster":
+		return SharedRedisCluster(t).URL()
+	default:
+		t.Fatalf("RELAY_TEST_REDIS=%q: want single or cluster", kind)
+		return ""
+	}
 }
 
 // Addr returns host:port of the server.
@@ -330,7 +341,7 @@ func SharedRabbitMQ(t testing.TB) string {
 	Need(t, rabbitServer)
 	Need(t, "epmd")
 	shared.once.Do(func() {
-		removeStaleSharedDirs()
+		removeStaleSharedDirs("testpeer-rabbitmq")
 		dir, err := os.MkdirTemp("", fmt.Sprintf("testpeer-rabbitmq-%d-", os.Getpid()))
 		if err != nil {
 			shared.err = err
@@ -353,12 +364,12 @@ func SharedRabbitMQ(t testing.TB) string {
 	return shared.url
 }
 
-// removeStaleSharedDirs deletes the directories of shared brokers whose test binary,
-// named by the pid in the directory name, is gone.
-func removeStaleSharedDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "testpeer-rabbitmq-*-*"))
+// removeStaleSharedDirs deletes the directories of shared peers (named prefix-pid-…)
+// whose test binary, named by the pid, is gone.
+func removeStaleSharedDirs(prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"-*-*"))
 	for _, dir := range dirs {
-		pid, err := strconv.Atoi(strings.Split(filepath.Base(dir), "-")[2])
+		pid, err := strconv.Atoi(strings.Split(strings.TrimPrefix(filepath.Base(dir), prefix+"-"), "-")[0])
 		if err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
 			os.RemoveAll(dir)
 		}

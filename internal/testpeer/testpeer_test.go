@@ -160,3 +160,30 @@ func publishConfirmed(t *testing.T, ch *amqp.Channel, queue, body string) {
 		t.Fatalf("publish confirm: acked=%v err=%v", acked, err)
 	}
 }
+
+func TestRedisClusterPromotesTheReplicaOfAKilledMaster(t *testing.T) {
+	c := StartRedisCluster(t)
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.Set(ctx, "{a}k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica := c.ReplicaOf(t, "{a}k")
+	killed := c.KillMasterOf(t, "{a}k")
+	if now := c.MasterOf(t, "{a}k"); now != replica || now == killed {
+		t.Fatalf("after killing %s the master of {a} is %s, want its replica %s", killed, now, replica)
+	}
+	// The client learns of the new master when it reloads its slot map.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := cl.Get(ctx, "{a}k").Result()
+		if err == nil && v == "v" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET after the failover: %q, %v", v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
