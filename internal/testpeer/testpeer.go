@@ -5,6 +5,7 @@ package testpeer
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -210,8 +211,25 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	}
 	// Nothing outlives the test, so the end is a SIGKILL: no reason to wait for a clean stop.
 	t.Cleanup(func() { r.proc.signal(syscall.SIGKILL, 10*time.Second) })
-	r.Start(t)
-	return r
+	// The port was free when picked; another test binary may bind it first. A few fresh
+	// ports before giving up.
+	for try := 1; ; try++ {
+		err := r.start()
+		if err == nil {
+			return r
+		}
+		if try == 5 || !r.lostPort() {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(r.dir, "redis.log")) // so lostPort reads only the next start
+		r.port = FreePort(t)
+	}
+}
+
+// lostPort reports whether the last start failed because the port was taken.
+func (r *Redis) lostPort() bool {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	return bytes.Contains(b, []byte("Address already in use"))
 }
 
 // RedisURL returns a fresh private Redis for the test (StartRedis(t).URL()); cheap (~20 ms).
@@ -240,8 +258,14 @@ func (r *Redis) URL() string { return "redis://" + r.Addr() + "/0" }
 // Start starts the server again on the same port and dir, and waits until PING answers.
 func (r *Redis) Start(t testing.TB) {
 	t.Helper()
+	if err := r.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *Redis) start() error {
 	if r.proc.running() {
-		t.Fatal("testpeer: Redis.Start: already running")
+		return errors.New("testpeer: Redis.Start: already running")
 	}
 	appendonly := "no"
 	if r.aof {
@@ -253,12 +277,10 @@ func (r *Redis) Start(t testing.TB) {
 		"--save", "", "--appendonly", appendonly, "--appendfsync", "always",
 		"--daemonize", "no", "--logfile", "")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	r.proc = p
-	if err := waitReady(p, 10*time.Second, 10*time.Millisecond, r.ping, logPath); err != nil {
-		t.Fatal(err)
-	}
+	return waitReady(p, 10*time.Second, 10*time.Millisecond, r.ping, logPath)
 }
 
 // ping sends PING and expects +PONG; a Redis still loading its AOF answers -LOADING.
