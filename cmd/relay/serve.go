@@ -22,6 +22,7 @@ import (
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/ingest"
+	"github.com/mercamap/relay/internal/lag"
 	"github.com/mercamap/relay/internal/notify"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
@@ -140,6 +141,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
 		Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api")})
 	reg.MustRegister(api.NewQueueDepth(st, disp.Held))
+	registerWatchMetrics(reg, st, consumer, lag.New(lag.Options{Store: st, Held: disp.Held, Logger: log.With("component", "lag")}))
 	ln, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {
 		return fmt.Errorf("api.listen: %w", err)

@@ -55,6 +55,9 @@ type Consumer struct {
 	// in steady state (once a batch, never contended); a reload waits for the batch in hand.
 	routing sync.Mutex
 	router  Router
+
+	conn      atomic.Pointer[amqp.Connection] // the live connection, for lag.go's queue reads
+	heldSince atomic.Int64                    // unix ns the batch in hand was formed; 0: none
 }
 
 // New returns a Consumer. Logger and Metrics default to discarding ones.
@@ -170,6 +173,9 @@ func (c *Consumer) session(ctx context.Context) error {
 	}(deliveries)
 	deliveries = buffered
 	c.connected.Store(true)
+	c.conn.Store(conn)
+	defer c.conn.Store(nil)
+	defer c.heldSince.Store(0) // unacked messages go back to the queue with the connection
 	c.opts.Logger.Info("consuming", "queue", c.opts.Topology.Queue, "prefetch", c.opts.Prefetch)
 
 	batch := make([]amqp.Delivery, 0, c.opts.Prefetch)
@@ -196,9 +202,11 @@ func (c *Consumer) session(ctx context.Context) error {
 				break fill
 			}
 		}
+		c.heldSince.Store(time.Now().UnixNano())
 		if err := c.handle(ctx, l, batch); err != nil {
 			return err
 		}
+		c.heldSince.Store(0)
 	}
 }
 
