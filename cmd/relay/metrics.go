@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +10,7 @@ import (
 	"github.com/mercamap/relay/internal/ingest"
 	"github.com/mercamap/relay/internal/lag"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/tracing"
 )
 
 // registerWatchMetrics adds what the alerts and the dashboard watch beside the packages'
@@ -25,4 +27,13 @@ func registerWatchMetrics(reg prometheus.Registerer, st *store.Store, consumer *
 		}
 		return 1
 	}))
+}
+
+// shutdownTracer exports the spans still buffered, waiting a few seconds at most.
+func shutdownTracer(t *tracing.Tracer, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("traces not all exported at shutdown", "component", "tracing", "error", err)
+	}
 }

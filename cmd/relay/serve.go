@@ -27,6 +27,7 @@ import (
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
+	"github.com/mercamap/relay/internal/tracing"
 )
 
 func serveCmd(e env) *cobra.Command {
@@ -83,6 +84,16 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
+	tracer, err := tracing.New(cfg.Tracing, cfg.RabbitMQ.Queue)
+	if err != nil {
+		return err
+	}
+	var ingestTracer ingest.Tracer
+	var dispatchTracer dispatch.Tracer
+	if tracer != nil {
+		ingestTracer, dispatchTracer = tracer, tracer
+		defer shutdownTracer(tracer, log)
+	}
 	consumer := ingest.New(ingest.Options{
 		URL: cfg.RabbitMQ.URL,
 		Topology: ingest.Topology{
@@ -105,6 +116,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Logger:       log.With("component", "ingest"),
 		Metrics:      ingest.NewMetrics(reg),
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
+		Tracer:       ingestTracer,
 	})
 	sinks, closeSinks, err := buildSinks(ctx, cfg)
 	if err != nil {
@@ -125,6 +137,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Outbox:   outbox,
 		Logger:   log.With("component", "dispatch"),
 		Metrics:  dispatch.NewMetrics(reg),
+		Tracer:   dispatchTracer,
 	})
 	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
 		return fmt.Errorf("read ExternalIds from redis: %w", err)
@@ -291,6 +304,7 @@ func restartOnly(old, next *config.Config) []string {
 	check("gcp", old.GCP, next.GCP)
 	check("delivery", old.Delivery, next.Delivery)
 	check("identity (the sinks'; cards show the new one now)", old.Identity, next.Identity)
+	check("tracing", old.Tracing, next.Tracing)
 	return out
 }
 
