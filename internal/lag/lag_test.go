@@ -21,11 +21,15 @@ import (
 
 const acct = "acct_lag"
 
-// gateSink is a bus that does not take events while stalled is set.
-type gateSink struct{ stalled atomic.Bool }
+// gateSink is a bus that does not take events while stalled is set, except as many as
+// allow says.
+type gateSink struct {
+	stalled atomic.Bool
+	allow   atomic.Int64
+}
 
 func (g *gateSink) Send(context.Context, destination.Destination, destination.Message) error {
-	if g.stalled.Load() {
+	if g.stalled.Load() && g.allow.Add(-1) < 0 {
 		return failures.NewNotTaken("the bus is throttling", nil)
 	}
 	return nil
@@ -157,6 +161,26 @@ func TestStalledDestinationLagGrowsThenDrainsToZero(t *testing.T) {
 		events, age := r.sample("stalled")
 		return events == 0 && age == 0
 	})
+}
+
+// After the first count, the backlog is kept from entries-added and the entries the cursor
+// passed; it must stay exact through partial deliveries and new events.
+func TestLagStaysExactAsEventsArriveAndSomeAreDelivered(t *testing.T) {
+	sink := &gateSink{}
+	sink.stalled.Store(true)
+	r := newRig(t, sink, bus("partial"))
+	r.publish(10)
+	if events, _ := r.sample("partial"); events != 10 {
+		t.Fatalf("first count: %v events, want 10", events)
+	}
+	sink.allow.Store(4) // the bus takes four, then throttles again
+	waitFor(t, "four delivered", func() bool { events, _ := r.sample("partial"); return events == 6 })
+	r.publish(5)
+	if events, _ := r.sample("partial"); events != 11 {
+		t.Fatalf("after 5 more: %v events, want 11", events)
+	}
+	sink.allow.Store(3)
+	waitFor(t, "three more delivered", func() bool { events, _ := r.sample("partial"); return events == 8 })
 }
 
 func TestLagGaugesHaveOneSeriesPerDestination(t *testing.T) {
