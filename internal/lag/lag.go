@@ -71,6 +71,10 @@ type track struct {
 	recount bool // the next sample counts the backlog itself
 }
 
+// incremental reports whether the next sample of the destination, now in acct, builds on
+// this one (counting only what its cursor passed) rather than counting its backlog.
+func (t track) incremental(acct string) bool { return t.account == acct && !t.recount }
+
 var labels = []string{"destination", "connector", "account"}
 
 // New returns a Sampler; call Run to start sampling.
@@ -131,10 +135,9 @@ func (s *Sampler) Sample(ctx context.Context) error {
 	for i, a := range accts {
 		probes := make([]store.LagProbe, len(byAcct[a]))
 		for j, d := range byAcct[a] {
-			if t, ok := prev[d.ID]; ok && t.account == a && !t.recount {
-				probes[j] = store.LagProbe{ID: d.ID, Since: t.cursor}
-			} else {
-				probes[j] = store.LagProbe{ID: d.ID}
+			probes[j] = store.LagProbe{ID: d.ID}
+			if t, ok := prev[d.ID]; ok && t.incremental(a) {
+				probes[j].Since = t.cursor
 			}
 		}
 		cmds[i] = s.opts.Store.QueueLag(sctx, pipe, a, probes, CountLimit)
@@ -165,11 +168,10 @@ func (s *Sampler) Sample(ctx context.Context) error {
 			}
 			t := track{account: a, cursor: r.Cursor}
 			p, seen := prev[d.ID]
-			_, headSeen := prevHead[a]
 			switch {
 			case r.Next == "":
 				t.events = 0 // nothing after the cursor: exact
-			case !seen || p.account != a || p.recount || !headSeen:
+			case !seen || !p.incremental(a):
 				// This sample counted the backlog itself.
 				t.events, t.atLeast = r.Count, r.Count >= CountLimit
 			default:
