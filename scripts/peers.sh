@@ -2,7 +2,7 @@
 # Starts and stops the relay's real peers (Redis 7, RabbitMQ 3.10) on loopback, with all
 # their state under one directory, without Docker or systemd.
 #
-#   scripts/peers.sh install         apt-get the servers (and chromium, for the console test) when missing
+#   scripts/peers.sh install         apt-get the servers (and chromium for the console test, promtool) when missing
 #   eval "$(scripts/peers.sh start DIR)"   start both, print RELAY_TEST_* exports on stdout
 #   scripts/peers.sh stop DIR        SIGTERM what start started and wait for it
 #
@@ -119,6 +119,12 @@ cmd_install() {
 		log "installing chromium (the console's browser test)"
 		apt-get update >&2
 		DEBIAN_FRONTEND=noninteractive apt-get install -y chromium >&2
+	fi
+	# promtool checks and unit-tests deploy/monitoring's alert rules (no daemon starts).
+	if ! command -v promtool >/dev/null; then
+		log "installing prometheus (for promtool)"
+		apt-get update >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus >&2
 	fi
 	# kinesalite, the Kinesis peer; internal/awstest finds it in this directory.
 	local kdir=${KINESALITE_DIR:-$HOME/.cache/relay-test/kinesalite-3.3.3}

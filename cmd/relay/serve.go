@@ -23,10 +23,12 @@ import (
 	"github.com/mercamap/relay/internal/console"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/ingest"
+	"github.com/mercamap/relay/internal/lag"
 	"github.com/mercamap/relay/internal/notify"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
+	"github.com/mercamap/relay/internal/tracing"
 )
 
 func serveCmd(e env) *cobra.Command {
@@ -83,6 +85,16 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
+	tracer, err := tracing.New(cfg.Tracing, cfg.RabbitMQ.Queue)
+	if err != nil {
+		return err
+	}
+	var ingestTracer ingest.Tracer
+	var dispatchTracer dispatch.Tracer
+	if tracer != nil {
+		ingestTracer, dispatchTracer = tracer, tracer
+		defer shutdownTracer(tracer, log)
+	}
 	consumer := ingest.New(ingest.Options{
 		URL: cfg.RabbitMQ.URL,
 		Topology: ingest.Topology{
@@ -105,6 +117,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Logger:       log.With("component", "ingest"),
 		Metrics:      ingest.NewMetrics(reg),
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
+		Tracer:       ingestTracer,
 	})
 	sinks, closeSinks, err := buildSinks(ctx, cfg)
 	if err != nil {
@@ -125,6 +138,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Outbox:   outbox,
 		Logger:   log.With("component", "dispatch"),
 		Metrics:  dispatch.NewMetrics(reg),
+		Tracer:   dispatchTracer,
 	})
 	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
 		return fmt.Errorf("read ExternalIds from redis: %w", err)
@@ -142,6 +156,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api"),
 		Console: console.New(console.Options{DisableAfter: cfg.Delivery.DisableAfter})})
 	reg.MustRegister(api.NewQueueDepth(st, disp.Held))
+	registerWatchMetrics(reg, st, consumer, lag.New(lag.Options{Store: st, Held: disp.Held, Logger: log.With("component", "lag")}))
 	ln, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {
 		return fmt.Errorf("api.listen: %w", err)
@@ -291,6 +306,7 @@ func restartOnly(old, next *config.Config) []string {
 	check("gcp", old.GCP, next.GCP)
 	check("delivery", old.Delivery, next.Delivery)
 	check("identity (the sinks'; cards show the new one now)", old.Identity, next.Identity)
+	check("tracing", old.Tracing, next.Tracing)
 	return out
 }
 

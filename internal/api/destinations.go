@@ -60,6 +60,7 @@ func (s *Server) listDestinations(w http.ResponseWriter, r *http.Request, p prin
 			s.internal(w, r, err)
 			return
 		}
+		s.addLag(r.Context(), &card, d)
 		cards = append(cards, card)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"destinations": cards})
@@ -95,6 +96,7 @@ func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, d destination
 		s.fail(w, r, err)
 		return
 	}
+	s.addLag(r.Context(), &card, d)
 	writeJSON(w, http.StatusOK, card)
 }
 

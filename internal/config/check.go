@@ -50,6 +50,7 @@ func (p *parser) check(c *Config) {
 		}
 	}
 	p.checkDelivery(&c.Delivery)
+	p.checkTracing(&c.Tracing)
 	p.checkAccounts(c.Accounts, c.Identity.NameOrDefault())
 	p.checkDestinations(c.Destinations, accountIDs, c.RabbitMQ.RoutingKeys)
 	p.checkExternalIDs(c.Destinations)

@@ -27,6 +27,7 @@ type Config struct {
 	Delivery     Delivery
 	Accounts     []Account
 	Destinations []destination.Destination
+	Tracing      Tracing // off unless tracing.otlp_endpoint is set
 	// Warnings are things worth fixing that do not stop the relay (a secret file others
 	// can read): check-config prints them, serve logs them. They never hold a secret.
 	Warnings Problems

@@ -173,6 +173,12 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"pubsub_endpoint": func(v *yaml.Node, path string) { w.str(v, path, &c.GCP.PubSubEndpoint) },
 			})
 		},
+		"tracing": func(v *yaml.Node, path string) {
+			w.object(v, path, fields{
+				"otlp_endpoint": func(v *yaml.Node, path string) { w.str(v, path, &c.Tracing.OTLPEndpoint) },
+				"service_name":  func(v *yaml.Node, path string) { w.str(v, path, &c.Tracing.ServiceName) },
+			})
+		},
 		"delivery": func(v *yaml.Node, path string) {
 			d := &c.Delivery
 			w.object(v, path, fields{

@@ -51,6 +51,7 @@ type Options struct {
 	// their turn instead of each holding a decoded batch and a grown stack.
 	MaxActive int
 	Now       func() time.Time // nil: time.Now
+	Tracer    Tracer           // nil: no traces (trace.go)
 }
 
 // ErrNotFound is returned for a destination id the config does not define.

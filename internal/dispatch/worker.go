@@ -216,9 +216,11 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	}
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	started := time.Now()
+	endSpan := w.d.startWrite(dest, e)
 	err := w.d.sink(dest).Send(sendCtx, dest, msg)
 	cancel()
 	outcome := failures.Classify(err)
+	endSpan(string(outcome.Class), outcome.Message)
 	w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
 	w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
 		"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)

@@ -40,6 +40,8 @@ type Options struct {
 	LogRetention time.Duration // account logs are trimmed of entries older than this
 	Logger       *slog.Logger
 	Metrics      *Metrics
+	// Tracer, when set, traces each stored event (trace.go); nil: tracing is off.
+	Tracer Tracer
 	// AfterAppend, when set, runs after a batch is in Redis and before it is acked.
 	// Failure drills use it to stop the process in exactly that gap.
 	AfterAppend func()
@@ -55,6 +57,9 @@ type Consumer struct {
 	// in steady state (once a batch, never contended); a reload waits for the batch in hand.
 	routing sync.Mutex
 	router  Router
+
+	conn      atomic.Pointer[amqp.Connection] // the live connection, for lag.go's queue reads
+	heldSince atomic.Int64                    // unix ns the batch in hand was formed; 0: none
 }
 
 // New returns a Consumer. Logger and Metrics default to discarding ones.
@@ -170,6 +175,9 @@ func (c *Consumer) session(ctx context.Context) error {
 	}(deliveries)
 	deliveries = buffered
 	c.connected.Store(true)
+	c.conn.Store(conn)
+	defer c.conn.Store(nil)
+	defer c.heldSince.Store(0) // unacked messages go back to the queue with the connection
 	c.opts.Logger.Info("consuming", "queue", c.opts.Topology.Queue, "prefetch", c.opts.Prefetch)
 
 	batch := make([]amqp.Delivery, 0, c.opts.Prefetch)
@@ -196,9 +204,11 @@ func (c *Consumer) session(ctx context.Context) error {
 				break fill
 			}
 		}
+		c.heldSince.Store(time.Now().UnixNano())
 		if err := c.handle(ctx, l, batch); err != nil {
 			return err
 		}
+		c.heldSince.Store(0)
 	}
 }
 
@@ -214,9 +224,11 @@ type link struct {
 // that cannot be quarantined by a copy (unreadable headers, a copy too large for a
 // frame, a copy the broker refused) is rejected instead, and the broker dead-letters
 // it, unchanged, to the quarantine exchange.
-func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) error {
+func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (err error) {
 	c.routing.Lock()
 	defer c.routing.Unlock()
+	var spans traceSpans
+	defer func() { spans.end(err) }()
 	m := c.opts.Metrics
 	m.Consumed.Add(float64(len(batch)))
 	appends := make([]store.Append, 0, len(batch))
@@ -257,6 +269,7 @@ func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) er
 			c.opts.Logger.Debug("event for no account", "event_id", entry.EventID, "tenant", tenant)
 			continue
 		}
+		spans.start(c.opts.Tracer, d, &entry)
 		appends = append(appends, store.Append{Entry: entry, Accounts: accounts})
 	}
 	for _, p := range confirms {

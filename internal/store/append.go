@@ -23,14 +23,21 @@ type Entry struct {
 	Subject       string
 	SchemaVersion string
 	Data          []byte // the verified JSON body
+	// TraceParent is the W3C traceparent of the span that stored the event (tracing on
+	// only), so each destination's write continues its trace. Never sent to a bus.
+	TraceParent string
 }
 
 func (e Entry) fields() []any {
-	return []any{
+	f := []any{
 		"event_id", e.EventID, "type", e.Type, "ce_type", e.CEType, "source", e.Source,
 		"time", e.Time, "tenant", e.Tenant, "subject", e.Subject,
 		"schema_version", e.SchemaVersion, "data", e.Data,
 	}
+	if e.TraceParent != "" {
+		f = append(f, "traceparent", e.TraceParent)
+	}
+	return f
 }
 
 // Append is one event to append to the logs of the accounts it belongs to.
@@ -134,7 +141,7 @@ func entryFrom(v map[string]any) Entry {
 	return Entry{
 		EventID: str("event_id"), Type: str("type"), CEType: str("ce_type"), Source: str("source"),
 		Time: str("time"), Tenant: str("tenant"), Subject: str("subject"),
-		SchemaVersion: str("schema_version"), Data: []byte(str("data")),
+		SchemaVersion: str("schema_version"), Data: []byte(str("data")), TraceParent: str("traceparent"),
 	}
 }
 

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"time"
+
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
 )
@@ -22,6 +24,20 @@ type Card struct {
 	LastDelivery        *store.Delivery     `json:"last_delivery"`
 	Disabled            *store.DisabledInfo `json:"disabled"`
 	Sequence            int64               `json:"sequence"`
+	// Lag is how far behind the destination is, on the cards the destination calls
+	// answer (GET, list, pause, activate); snapshots and channel events leave it out.
+	Lag *Lag `json:"lag,omitempty"`
+}
+
+// Lag is a card's measure of how far behind its account's log the destination is.
+type Lag struct {
+	// Events after the destination's cursor in its account's log (before its event
+	// filter), counted up to a limit; EventsAtLeast says the count stopped there.
+	Events        int64 `json:"events"`
+	EventsAtLeast bool  `json:"events_at_least"`
+	// OldestUndeliveredAt is when the oldest of them was stored; null when none waits.
+	OldestUndeliveredAt  *time.Time `json:"oldest_undelivered_at"`
+	OldestUndeliveredAge float64    `json:"oldest_undelivered_age_seconds"`
 }
 
 // NewCard builds the card of d from its stored state.

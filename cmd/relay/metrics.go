@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mercamap/relay/internal/ingest"
+	"github.com/mercamap/relay/internal/lag"
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/tracing"
+)
+
+// registerWatchMetrics adds what the alerts and the dashboard watch beside the packages'
+// own counters: destination lag and status (sampled from Redis at scrape), ingest lag,
+// and whether Redis answers.
+func registerWatchMetrics(reg prometheus.Registerer, st *store.Store, consumer *ingest.Consumer, sampler *lag.Sampler) {
+	reg.MustRegister(sampler, consumer.LagCollector(), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relay_redis_up", Help: "1 when Redis answered PING within a second at this scrape.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if st.Client().Ping(ctx).Err() != nil {
+			return 0
+		}
+		return 1
+	}))
+}
+
+// shutdownTracer exports the spans still buffered, waiting a few seconds at most.
+func shutdownTracer(t *tracing.Tracer, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("traces not all exported at shutdown", "component", "tracing", "error", err)
+	}
+}

@@ -1,0 +1,206 @@
+package lag
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/testpeer"
+)
+
+const acct = "acct_lag"
+
+// gateSink is a bus that does not take events while stalled is set, except as many as
+// allow says.
+type gateSink struct {
+	stalled atomic.Bool
+	allow   atomic.Int64
+}
+
+func (g *gateSink) Send(context.Context, destination.Destination, destination.Message) error {
+	if g.stalled.Load() && g.allow.Add(-1) < 0 {
+		return failures.NewNotTaken("the bus is throttling", nil)
+	}
+	return nil
+}
+
+func bus(id string) destination.Destination {
+	return destination.Destination{ID: id, Account: acct, Connector: destination.EventBridge,
+		BusARN:  "arn:aws:events:us-east-1:111122223333:event-bus/" + id,
+		RoleARN: "arn:aws:iam::111122223333:role/relay"}
+}
+
+type rig struct {
+	t     *testing.T
+	store *store.Store
+	disp  *dispatch.Dispatcher
+	s     *Sampler
+	reg   *prometheus.Registry
+	n     int
+}
+
+func newRig(t *testing.T, sink dispatch.Sink, dests ...destination.Destination) *rig {
+	t.Helper()
+	st, err := store.Open(testpeer.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	disp := dispatch.New(dispatch.Options{Store: st, Poll: 20 * time.Millisecond,
+		Sinks: map[destination.Connector]dispatch.Sink{destination.EventBridge: sink},
+		Delivery: config.Delivery{NotTakenBackoff: config.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond},
+			MaxMessageAge: time.Hour, DisableAfter: 20, LeaseTTL: time.Second, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}})
+	if err := disp.SetDestinations(context.Background(), dests); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = disp.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := &rig{t: t, store: st, disp: disp, s: New(Options{Store: st, Held: disp.Held}), reg: prometheus.NewRegistry()}
+	r.reg.MustRegister(r.s)
+	waitFor(t, "the leases", func() bool { return len(disp.Held()) == len(dests) })
+	return r
+}
+
+func (r *rig) publish(n int) {
+	r.t.Helper()
+	var batch []store.Append
+	for range n {
+		r.n++
+		batch = append(batch, store.Append{Accounts: []string{acct}, Entry: store.Entry{
+			EventID: fmt.Sprintf("fetcher.job.completed.job-%06d", r.n), Type: "job.completed",
+			Time: time.Now().UTC().Format(time.RFC3339Nano), SchemaVersion: "1.0.0",
+			Data: []byte(fmt.Sprintf(`{"jobId":"job-%06d","metadata":{"store_id":"st_1"}}`, r.n)),
+		}})
+	}
+	if _, err := r.store.AppendBatch(context.Background(), batch, time.Hour, time.Hour); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// sample takes a sample and returns the gauges of dest as /metrics shows them.
+func (r *rig) sample(dest string) (events, age float64) {
+	r.t.Helper()
+	if err := r.s.Sample(context.Background()); err != nil {
+		r.t.Fatal(err)
+	}
+	lags, err := r.reg.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	found := 0
+	for _, mf := range lags {
+		for _, m := range mf.GetMetric() {
+			var id string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "destination" {
+					id = l.GetValue()
+				}
+			}
+			if id != dest {
+				continue
+			}
+			switch mf.GetName() {
+			case "relay_destination_lag_events":
+				events, found = m.GetGauge().GetValue(), found+1
+			case "relay_destination_oldest_undelivered_age_seconds":
+				age, found = m.GetGauge().GetValue(), found+1
+			}
+		}
+	}
+	if found != 2 {
+		r.t.Fatalf("lag gauges of %s not exported", dest)
+	}
+	return events, age
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestStalledDestinationLagGrowsThenDrainsToZero(t *testing.T) {
+	sink := &gateSink{}
+	sink.stalled.Store(true)
+	r := newRig(t, sink, bus("stalled"))
+
+	if events, age := r.sample("stalled"); events != 0 || age != 0 {
+		t.Fatalf("before any event: lag %v events, %v s; want 0, 0", events, age)
+	}
+	r.publish(5)
+	events, age1 := r.sample("stalled")
+	if events != 5 || age1 <= 0 {
+		t.Fatalf("5 events waiting: lag %v events, oldest %v s", events, age1)
+	}
+	r.publish(7) // kept up from entries-added, not counted again
+	events, age2 := r.sample("stalled")
+	if events != 12 || age2 <= age1 {
+		t.Fatalf("12 events waiting: lag %v events, oldest %v s (was %v s)", events, age2, age1)
+	}
+
+	sink.stalled.Store(false)
+	waitFor(t, "the backlog to drain", func() bool {
+		events, age := r.sample("stalled")
+		return events == 0 && age == 0
+	})
+}
+
+// After the first count, the backlog is kept from entries-added and the entries the cursor
+// passed; it must stay exact through partial deliveries and new events.
+func TestLagStaysExactAsEventsArriveAndSomeAreDelivered(t *testing.T) {
+	sink := &gateSink{}
+	sink.stalled.Store(true)
+	r := newRig(t, sink, bus("partial"))
+	r.publish(10)
+	if events, _ := r.sample("partial"); events != 10 {
+		t.Fatalf("first count: %v events, want 10", events)
+	}
+	sink.allow.Store(4) // the bus takes four, then throttles again
+	waitFor(t, "four delivered", func() bool { events, _ := r.sample("partial"); return events == 6 })
+	r.publish(5)
+	if events, _ := r.sample("partial"); events != 11 {
+		t.Fatalf("after 5 more: %v events, want 11", events)
+	}
+	sink.allow.Store(3)
+	waitFor(t, "three more delivered", func() bool { events, _ := r.sample("partial"); return events == 8 })
+}
+
+func TestLagGaugesHaveOneSeriesPerDestination(t *testing.T) {
+	sink := &gateSink{}
+	sink.stalled.Store(true)
+	r := newRig(t, sink, bus("a"), bus("b"))
+	r.publish(4)
+	if err := r.s.Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP relay_destination_lag_events Events of the account log after the destination's cursor (before its event filter): how far behind its account's log head it is. Sampled; destinations this replica delivers for.
+# TYPE relay_destination_lag_events gauge
+relay_destination_lag_events{account="acct_lag",connector="eventbridge",destination="a"} 4
+relay_destination_lag_events{account="acct_lag",connector="eventbridge",destination="b"} 4
+`
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "relay_destination_lag_events"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(r.s, "relay_destination_status"); n != 2 {
+		t.Fatalf("relay_destination_status: %d series, want one per destination", n)
+	}
+}

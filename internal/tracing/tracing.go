@@ -1,0 +1,131 @@
+// Package tracing exports OpenTelemetry traces of the relay's work over OTLP/HTTP: one
+// trace per event, from its consumption and Redis append to each destination's write,
+// continuing the producer's W3C traceparent when the message carries one. It is off
+// unless configured, and sets no OpenTelemetry global: no library and nothing sent to a
+// customer's bus carries its context.
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
+)
+
+// Tracer starts the relay's spans. A nil *Tracer is never handed to ingest or dispatch:
+// they take no tracer at all when tracing is off.
+type Tracer struct {
+	provider *sdktrace.TracerProvider
+	tracer   trace.Tracer
+	prop     propagation.TraceContext
+	queue    string
+}
+
+// New returns a Tracer exporting to cfg.OTLPEndpoint, or nil when tracing is off.
+// queue names the relay's queue on consume spans.
+func New(cfg config.Tracing, queue string) (*Tracer, error) {
+	if !cfg.Enabled() {
+		return nil, nil
+	}
+	u, err := url.Parse(cfg.OTLPEndpoint)
+	if err != nil {
+		return nil, fmt.Errorf("tracing.otlp_endpoint: %w", err)
+	}
+	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(u.Host),
+		otlptracehttp.WithURLPath(strings.TrimSuffix(u.Path, "/") + "/v1/traces")}
+	if u.Scheme == "http" {
+		opts = append(opts, otlptracehttp.WithInsecure())
+	}
+	// The client starts no connection until the first export.
+	exp, err := otlptracehttp.New(context.Background(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	res := resource.NewSchemaless(semconv.ServiceName(cfg.ServiceNameOrDefault()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
+		// A producer that did not sample its trace is not sampled here either.
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/mercamap/relay"), queue: queue}, nil
+}
+
+// Shutdown exports the spans still buffered and stops the exporter.
+func (t *Tracer) Shutdown(ctx context.Context) error { return t.provider.Shutdown(ctx) }
+
+// parent is the span context a W3C traceparent (and tracestate) names; an invalid or
+// empty traceparent gives none, and the span starts a trace of its own.
+func (t *Tracer) parent(traceparent, tracestate string) context.Context {
+	carrier := propagation.MapCarrier{}
+	if traceparent != "" {
+		carrier["traceparent"] = traceparent
+		if tracestate != "" {
+			carrier["tracestate"] = tracestate
+		}
+	}
+	return t.prop.Extract(context.Background(), carrier)
+}
+
+// traceparent is the W3C traceparent of the span in ctx.
+func (t *Tracer) traceparent(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	t.prop.Inject(ctx, carrier)
+	return carrier["traceparent"]
+}
+
+// StartConsume starts the span of one verified message, a child of the producer's
+// traceparent when it sent one. It returns the span's own traceparent, which is stored
+// with the event so every destination's write continues the trace, and the function
+// that ends the span once the message is stored and acked (or not: err).
+func (t *Tracer) StartConsume(traceparent, tracestate, eventID, eventType string) (string, func(error)) {
+	ctx, span := t.tracer.Start(t.parent(traceparent, tracestate), "relay consume "+t.queue,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingDestinationName(t.queue),
+			attribute.String("cloudevents.event_id", eventID),
+			attribute.String("cloudevents.event_type", eventType),
+		))
+	return t.traceparent(ctx), func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "not stored: left in the broker")
+		} else {
+			span.AddEvent("stored in redis and acked")
+		}
+		span.End()
+	}
+}
+
+// StartWrite starts the span of one write to one destination, a child of the event's
+// stored traceparent. The returned function ends it with the write's outcome class and
+// the card's sentence. The span's context goes nowhere else: the sink's request to the
+// customer's bus carries nothing of it.
+func (t *Tracer) StartWrite(traceparent string, dest destination.Destination, eventID string) func(outcome, message string) {
+	_, span := t.tracer.Start(t.parent(traceparent, ""), "relay deliver "+string(dest.Connector),
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("relay.destination", dest.ID),
+			attribute.String("relay.connector", string(dest.Connector)),
+			attribute.String("relay.account", dest.Account),
+			attribute.String("cloudevents.event_id", eventID),
+		))
+	return func(outcome, message string) {
+		span.SetAttributes(attribute.String("relay.outcome", outcome))
+		if outcome != "delivered" {
+			span.SetStatus(codes.Error, message)
+		}
+		span.End()
+	}
+}
