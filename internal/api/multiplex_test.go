@@ -33,7 +33,7 @@ func TestOneMultiplexedSubscriptionCarriesEachChannelNamedWithPointersKeepAlives
 	call(t, "POST", bus+"/pause", apitest.AdminToken, "") // orders-bus 1, before the subscription
 
 	s := subscribe(t, multiplexURL(r.URL, "destination:orders-bus", "destination:orders-topic"), apitest.Acct1Token, "")
-	call(t, "POST", topic+"/pause", apitest.AdminToken, "")   // orders-topic 1
+	call(t, "POST", topic+"/pause", apitest.AdminToken, "")  // orders-topic 1
 	call(t, "POST", bus+"/activate", apitest.AdminToken, "") // orders-bus 2
 	big := "AccessDeniedException: " + strings.Repeat("the role may not publish to the topic; ", 100)
 	r.Sink.SetBehave(func(string, destination.Message) error { return failures.NewRejected(big, nil) })
