@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -211,6 +212,25 @@ func TestConsoleInChromium(t *testing.T) {
 	r.shot(admin, "disable-dialog")
 	r.click(admin, `#disable-confirm`)
 	r.waitJS(admin, `document.querySelector('article[data-id="other-bus"]').dataset.status === 'disabled'`, "other-bus disabled")
+
+	// A refused action reads as one, with the relay's reason, and the page stays signed
+	// in: the contract's 403 FORBIDDEN, and ACCESS_REVOKED, which the API answers an
+	// account token's Disable today. The tab's Disable call gets each answer in turn.
+	const reason = "disabling a destination takes an admin token; pause it instead"
+	answers := make(chan string, 2)
+	r.answerInTab(admin, "*/destinations/orders-bus/disable", func() (int, string) {
+		return http.StatusForbidden, `{"error":{"code":"` + <-answers + `","message":"` + reason + `"}}`
+	})
+	for _, code := range []string{"FORBIDDEN", "ACCESS_REVOKED"} {
+		answers <- code
+		r.click(admin, `article[data-id="orders-bus"] button.disable`)
+		r.waitJS(admin, `document.getElementById('disable-dialog').open`, "the disable dialog of orders-bus")
+		r.click(admin, `#disable-confirm`)
+		r.waitJS(admin, `document.querySelector('article[data-id="orders-bus"] .notice')?.textContent === 'Este token no puede hacer eso: `+reason+`'`, "the refusal "+code+" on the card")
+		if s := r.evalString(admin, `document.getElementById('page').hidden + ',' + document.getElementById('signin').hidden`); s != "false,true" {
+			t.Errorf("after a %s refusal the page is hidden, sign-in hidden: %s (signed out?)", code, s)
+		}
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -562,6 +582,33 @@ func (r *consoleRig) shot(ctx context.Context, name string) {
 		r.t.Errorf("screenshot %s looks blank: %d colours", name, len(colours))
 	}
 	if err := os.WriteFile(filepath.Join(r.shots, name+".png"), buf, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// answerInTab answers the tab's requests to URLs matching pattern with answer's status
+// and JSON body, in place of the relay: for answers the relay cannot be made to give.
+func (r *consoleRig) answerInTab(ctx context.Context, pattern string, answer func() (int, string)) {
+	if err := chromedp.Listen(ctx, func(ev any) {
+		e, ok := ev.(*fetch.EventRequestPaused)
+		if !ok {
+			return
+		}
+		go func() {
+			status, body := answer()
+			_ = chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+				_, err := cdp.Call(ctx, t, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: e.RequestID, ResponseCode: int64(status),
+					ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json"}}, Body: []byte(body)})
+				return err
+			}))
+		}()
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern, RequestStage: fetch.RequestStageRequest}}})
+		return err
+	})); err != nil {
 		r.t.Fatal(err)
 	}
 }
