@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -37,6 +38,7 @@ const (
 	consoleAdminToken = "console-admin-token-0123456789"
 	consoleAcct1Token = "console-acct1-token-0123456789"
 	consoleAcct2Token = "console-acct2-token-0123456789"
+	consoleAcct3Token = "console-acct3-token-0123456789"
 	consoleRoleARN    = "arn:aws:iam::111122223333:role/relay-delivery"
 )
 
@@ -65,7 +67,7 @@ type consoleRig struct {
 
 func TestConsoleInChromium(t *testing.T) {
 	testpeer.Need(t, "chromium")
-	r := startConsoleRig(t)
+	r := startConsoleRig(t, "")
 
 	// Sign in as an operator on relay 1, and as account 1 on relay 0 (the one killed later).
 	admin := r.tab(r.apis[1], "en-US")
@@ -211,6 +213,25 @@ func TestConsoleInChromium(t *testing.T) {
 	r.click(admin, `#disable-confirm`)
 	r.waitJS(admin, `document.querySelector('article[data-id="other-bus"]').dataset.status === 'disabled'`, "other-bus disabled")
 
+	// A refused action reads as one, with the relay's reason, and the page stays signed
+	// in: the contract's 403 FORBIDDEN, and ACCESS_REVOKED, which the API answers an
+	// account token's Disable today. The tab's Disable call gets each answer in turn.
+	const reason = "disabling a destination takes an admin token; pause it instead"
+	answers := make(chan string, 2)
+	r.answerInTab(admin, "*/destinations/orders-bus/disable", func() (int, string) {
+		return http.StatusForbidden, `{"error":{"code":"` + <-answers + `","message":"` + reason + `"}}`
+	})
+	for _, code := range []string{"FORBIDDEN", "ACCESS_REVOKED"} {
+		answers <- code
+		r.click(admin, `article[data-id="orders-bus"] button.disable`)
+		r.waitJS(admin, `document.getElementById('disable-dialog').open`, "the disable dialog of orders-bus")
+		r.click(admin, `#disable-confirm`)
+		r.waitJS(admin, `document.querySelector('article[data-id="orders-bus"] .notice')?.textContent === 'Este token no puede hacer eso: `+reason+`'`, "the refusal "+code+" on the card")
+		if s := r.evalString(admin, `document.getElementById('page').hidden + ',' + document.getElementById('signin').hidden`); s != "false,true" {
+			t.Errorf("after a %s refusal the page is hidden, sign-in hidden: %s (signed out?)", code, s)
+		}
+	}
+
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.console) > 0 {
@@ -222,7 +243,9 @@ func eventID(i int) string {
 	return jobevent.Job{ID: fmt.Sprintf("0190f2a4-6666-7000-8000-%012d", i), Status: "completed"}.EventID()
 }
 
-func startConsoleRig(t *testing.T) *consoleRig {
+// startConsoleRig starts the rig; extraDestinations are more YAML entries of the
+// destinations list (acct_3, whose tenant is fleet-tenant, has none otherwise).
+func startConsoleRig(t *testing.T, extraDestinations string) *consoleRig {
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	r := &consoleRig{t: t, sts: awstest.NewSTS(t), bus: awstest.NewEventBridge(t), bin: buildRelay(t)}
 	r.bus.RequireSessionFrom(r.sts)
@@ -233,7 +256,8 @@ func startConsoleRig(t *testing.T) *consoleRig {
 	queue := "relay-test-console-" + suffix
 	r.key, _ = hex.DecodeString(testKeyHex)
 	r.env = append(os.Environ(), "AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
-		"TEST_HMAC_KEY="+testKeyHex, "T_ADMIN="+consoleAdminToken, "T_ACCT1="+consoleAcct1Token, "T_ACCT2="+consoleAcct2Token)
+		"TEST_HMAC_KEY="+testKeyHex, "T_ADMIN="+consoleAdminToken, "T_ACCT1="+consoleAcct1Token, "T_ACCT2="+consoleAcct2Token,
+		"T_ACCT3="+consoleAcct3Token)
 	_, r.ch = brokerChannel(t, amqpURL, queue)
 	if err := r.ch.Confirm(false); err != nil {
 		t.Fatal(err)
@@ -261,6 +285,7 @@ api:
     - {scope: admin, token: env:T_ADMIN}
     - {scope: "account:acct_1", token: env:T_ACCT1}
     - {scope: "account:acct_2", token: env:T_ACCT2}
+    - {scope: "account:acct_3", token: env:T_ACCT3}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
@@ -271,6 +296,7 @@ delivery:
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
   - {id: acct_2, tenants: [another-tenant]}
+  - {id: acct_3, tenants: [fleet-tenant]}
 destinations:
   - {id: orders-bus, account: acct_1, connector: eventbridge, role_arn: %s,
      bus_arn: "arn:aws:events:us-east-1:111122223333:event-bus/orders"}
@@ -280,8 +306,8 @@ destinations:
   - {id: orders-topic, account: acct_1, connector: pubsub, project_id: acme-prod, topic_id: relay-events, events: [job.failed]}
   - {id: other-bus, account: acct_2, connector: eventbridge, role_arn: "arn:aws:iam::444455556666:role/relay-delivery",
      bus_arn: "arn:aws:events:us-east-1:444455556666:event-bus/other"}
-`, awstest.CallerARN, amqpURL, r.exchange, queue, redisURL, listen, r.sts.URL, r.bus.URL, ps.Addr,
-			consoleRoleARN, consoleRoleARN)), 0o600); err != nil {
+%s`, awstest.CallerARN, amqpURL, r.exchange, queue, redisURL, listen, r.sts.URL, r.bus.URL, ps.Addr,
+			consoleRoleARN, consoleRoleARN, extraDestinations)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		r.cfgs[i] = cfg
@@ -351,9 +377,12 @@ func (r *consoleRig) start(i int) {
 }
 
 // publish sends job events from..to-1 and waits for the broker's confirms.
-func (r *consoleRig) publish(from, to int) {
+func (r *consoleRig) publish(from, to int) { r.publishFor("", from, to) }
+
+// publishFor publishes as publish does, for a tenant ("" is single-tenant, acct_1's).
+func (r *consoleRig) publishFor(tenant string, from, to int) {
 	for i := from; i < to; i++ {
-		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-6666-7000-8000-%012d", i), Status: "completed"}
+		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-6666-7000-8000-%012d", i), Status: "completed", Tenant: tenant}
 		dc, err := r.ch.PublishWithDeferredConfirm(r.exchange, job.RoutingKey(), false, false, jobevent.Build(job, r.exchange, r.key, time.Now()))
 		if err != nil || !dc.Wait() {
 			r.t.Fatalf("publish %d: %v", i, err)
@@ -553,6 +582,33 @@ func (r *consoleRig) shot(ctx context.Context, name string) {
 		r.t.Errorf("screenshot %s looks blank: %d colours", name, len(colours))
 	}
 	if err := os.WriteFile(filepath.Join(r.shots, name+".png"), buf, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// answerInTab answers the tab's requests to URLs matching pattern with answer's status
+// and JSON body, in place of the relay: for answers the relay cannot be made to give.
+func (r *consoleRig) answerInTab(ctx context.Context, pattern string, answer func() (int, string)) {
+	if err := chromedp.Listen(ctx, func(ev any) {
+		e, ok := ev.(*fetch.EventRequestPaused)
+		if !ok {
+			return
+		}
+		go func() {
+			status, body := answer()
+			_ = chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+				_, err := cdp.Call(ctx, t, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: e.RequestID, ResponseCode: int64(status),
+					ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json"}}, Body: []byte(body)})
+				return err
+			}))
+		}()
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern, RequestStage: fetch.RequestStageRequest}}})
+		return err
+	})); err != nil {
 		r.t.Fatal(err)
 	}
 }

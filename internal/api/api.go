@@ -140,6 +140,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/streams/{channel}/snapshot", s.authed(s.snapshot))
 	m.HandleFunc("GET /v1/streams/{channel}/events", s.authed(s.events))
 	m.HandleFunc("GET /v1/streams/{channel}/subscribe", s.authed(s.subscribe))
+	m.HandleFunc("GET /v1/streams/subscribe", s.authed(s.subscribeMany))
 
 	m.HandleFunc("GET /v1/whoami", s.authed(s.whoami))
 	if s.opts.Console != nil {

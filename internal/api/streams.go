@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/mercamap/relay/internal/stream"
 )
@@ -90,13 +91,18 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p principal) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// subscription is one open SSE stream, re-checked when tokens or the config change.
+// subscription is one open SSE stream, re-checked when tokens or the config change. A
+// multiplexed one carries several channels and counts as one against the caps.
 type subscription struct {
-	digest  [32]byte
-	account string // the account of an account token; "" for admin
-	channel string
-	cancel  context.CancelFunc
+	digest   [32]byte
+	account  string // the account of an account token; "" for admin
+	channels []string
+	cancel   context.CancelFunc
 }
+
+// MaxMultiplexChannels is the most channels one multiplexed subscription may carry: a
+// page with more opens one more subscription for each further hundred.
+const MaxMultiplexChannels = 100
 
 func (s *Server) subscribe(w http.ResponseWriter, r *http.Request, p principal) {
 	ch, ok := s.channel(w, r, p)
@@ -108,9 +114,61 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request, p principal) 
 		writeError(w, errInvalid(err.Error()))
 		return
 	}
+	s.stream(w, r, p, []stream.Start{{Channel: ch, After: after}}, false)
+}
+
+// subscribeMany is GET /v1/streams/subscribe?channel=<name>[ <sequence>]&channel=…:
+// several channels on one stream, each checked as the single-channel route checks it
+// and answering as it does for the first it refuses. A sequence after the name resumes
+// that channel after it (the frame ids read "<channel> <sequence>"); without one the
+// channel starts at its current sequence. Last-Event-ID is not read: one id cannot say
+// where each channel was.
+func (s *Server) subscribeMany(w http.ResponseWriter, r *http.Request, p principal) {
+	values := r.URL.Query()["channel"]
+	switch {
+	case len(values) == 0:
+		writeError(w, errInvalid("name the channels to follow: ?channel=destination:<id>&channel=…"))
+		return
+	case len(values) > MaxMultiplexChannels:
+		writeError(w, errInvalid(fmt.Sprintf("%d channels on one subscription; at most %d: open another for the rest", len(values), MaxMultiplexChannels)))
+		return
+	}
+	starts := make([]stream.Start, 0, len(values))
+	seen := map[string]bool{}
+	for _, v := range values {
+		name, after := v, int64(-1)
+		if n, seq, ok := strings.Cut(v, " "); ok {
+			parsed, err := strconv.ParseInt(seq, 10, 64)
+			if err != nil || parsed < 0 {
+				writeError(w, errInvalid("channel "+strconv.Quote(v)+": after the name comes the sequence to resume after, a whole number"))
+				return
+			}
+			name, after = n, parsed
+		}
+		if seen[name] {
+			writeError(w, errInvalid("channel "+strconv.Quote(name)+" is named twice"))
+			return
+		}
+		seen[name] = true
+		ch, e := s.resolveChannel(p, name)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		starts = append(starts, stream.Start{Channel: ch, After: after})
+	}
+	s.stream(w, r, p, starts, true)
+}
+
+// stream counts a subscription in and streams its channels until the client goes, the
+// relay shuts down or a reload no longer allows one of them.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, p principal, starts []stream.Start, many bool) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sub := &subscription{digest: p.digest, account: p.account, channel: ch.Name, cancel: cancel}
+	sub := &subscription{digest: p.digest, account: p.account, cancel: cancel}
+	for _, st := range starts {
+		sub.channels = append(sub.channels, st.Channel.Name)
+	}
 	if e := s.register(sub); e != nil {
 		writeError(w, e)
 		return
@@ -121,7 +179,13 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request, p principal) 
 		writeError(w, errRevoked("this token was valid and has been revoked"))
 		return
 	}
-	if err := s.opts.Streams.Subscribe(ctx, w, ch, after); err != nil && !errors.Is(err, context.Canceled) {
+	var err error
+	if many {
+		err = s.opts.Streams.SubscribeMany(ctx, w, starts)
+	} else {
+		err = s.opts.Streams.Subscribe(ctx, w, starts[0].Channel, starts[0].After)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
 		s.internal(w, r, err) // only before the stream started: Subscribe reads first
 	}
 }
@@ -167,26 +231,30 @@ func (s *Server) unregister(sub *subscription) {
 }
 
 // recheckSubscriptions ends every open subscription whose token is no longer valid or
-// no longer allows its channel (revoked, scope changed, destination removed).
+// no longer allows one of its channels (revoked, scope changed, destination removed).
 func (s *Server) recheckSubscriptions() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sub := range s.subs {
 		if !s.allowed(sub) {
-			s.log.Info("subscription closed: its token or channel is no longer allowed", "channel", sub.channel)
+			s.log.Info("subscription closed: its token or channel is no longer allowed", "channels", strings.Join(sub.channels, ","))
 			sub.cancel()
 		}
 	}
 }
 
-// allowed reports whether sub's token is still valid and still allows its channel.
+// allowed reports whether sub's token is still valid and still allows its channels.
 func (s *Server) allowed(sub *subscription) bool {
 	p, ok, _ := s.tokens.lookup(sub.digest)
 	if !ok {
 		return false
 	}
-	_, e := s.resolveChannel(p, sub.channel)
-	return e == nil
+	for _, name := range sub.channels {
+		if _, e := s.resolveChannel(p, name); e != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // CloseStreams ends every open subscription and refuses new ones: http.Server.Shutdown

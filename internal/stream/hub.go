@@ -13,7 +13,7 @@ import (
 // process reads every watched channel's counter in one pipelined round trip, so the
 // cost is one small read per Poll however many subscribers there are, and no Redis
 // connection is parked in a blocking read per subscriber. It also keeps each watched
-// channel's latest events encoded as SSE frames, so an event is read from Redis and
+// channel's latest events encoded, so an event is read from Redis and
 // encoded once for all of its subscribers.
 type hub struct {
 	store *store.Store
@@ -33,10 +33,12 @@ type watched struct {
 	fill sync.Mutex    // one Redis read of the channel at a time: the others wait and share it
 }
 
-// liveFrame is one event encoded for the live transport.
+// liveFrame is one event encoded for the live transport: its data line is encoded once
+// for every subscriber, each of which adds the id and event lines.
 type liveFrame struct {
-	seq  int64
-	data []byte
+	seq   int64
+	event string // the event's type, or PointerType
+	data  []byte // the event as replay shows it, or its Pointer: one line of JSON
 }
 
 // tailFrames is how many encoded frames a channel keeps for its subscribers.

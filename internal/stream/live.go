@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mercamap/relay/internal/store"
@@ -37,33 +39,108 @@ const writeTimeout = 30 * time.Second
 // only once the starting point is fixed, so a client that loads its snapshot after they
 // arrive cannot miss an event between the two.
 func (c *Channels) Subscribe(ctx context.Context, w http.ResponseWriter, ch Channel, after int64) error {
-	ref := store.ChannelRef{Account: ch.Account, Channel: ch.Name}
-	if after < 0 {
-		seq, err := c.opts.Store.ChannelSequence(ctx, ch.Account, ch.Name)
+	return c.subscribe(ctx, w, []Start{{Channel: ch, After: after}}, false)
+}
+
+// Start is one channel of a multiplexed subscription and where it starts: after the
+// sequence After, or after the channel's current sequence when After < 0.
+type Start struct {
+	Channel Channel
+	After   int64
+}
+
+// SubscribeMany streams several channels on one text/event-stream, each as Subscribe
+// streams it but with the channel named: `id: <channel> <sequence>` (events and
+// pointers alike) and `: keep-alive <channel> <sequence>`. One connection then carries
+// a whole page of channels: a browser opens at most six HTTP/1.1 connections per host.
+// Each channel's starting point is fixed before the headers are sent, as in Subscribe.
+func (c *Channels) SubscribeMany(ctx context.Context, w http.ResponseWriter, starts []Start) error {
+	return c.subscribe(ctx, w, starts, true)
+}
+
+func (c *Channels) subscribe(ctx context.Context, w http.ResponseWriter, starts []Start, named bool) error {
+	var current []store.ChannelRef
+	for _, s := range starts {
+		if s.After < 0 {
+			current = append(current, store.ChannelRef{Account: s.Channel.Account, Channel: s.Channel.Name})
+		}
+	}
+	if len(current) > 0 {
+		seqs, err := c.opts.Store.ChannelSequences(ctx, current) // one round trip for all
 		if err != nil {
 			return err
 		}
-		after = seq
+		starts = slices.Clone(starts)
+		for i, j := 0, 0; i < len(starts); i++ {
+			if starts[i].After < 0 {
+				starts[i].After, j = seqs[j], j+1
+			}
+		}
 	}
-	c.hub.join(ref)
-	defer c.hub.leave(ref)
+	for _, s := range starts {
+		ref := store.ChannelRef{Account: s.Channel.Account, Channel: s.Channel.Name}
+		c.hub.join(ref)
+		defer c.hub.leave(ref)
+	}
 
-	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies must not hold events back
 	w.WriteHeader(http.StatusOK)
-	send := func(s string) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout)) // unsupported writers: no deadline
-		if _, err := io.WriteString(w, s); err != nil {
-			return err
-		}
-		return rc.Flush()
+	out := &liveWriter{w: w, rc: http.NewResponseController(w)}
+	var hello []byte
+	for _, s := range starts {
+		hello = fmt.Appendf(hello, ": subscribed %safter %d\n\n", prefix(s.Channel.Name, named), s.After)
 	}
-	if err := send(": subscribed after " + strconv.FormatInt(after, 10) + "\n\n"); err != nil {
+	if err := out.send(hello); err != nil {
 		return nil // the client went
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range starts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cancel() // it ends only when the client went or ctx ended: end the others
+			c.follow(ctx, out, s.Channel, s.After, named)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// prefix is what names a channel in a multiplexed stream's ids and comments.
+func prefix(channel string, named bool) string {
+	if !named {
+		return ""
+	}
+	return channel + " "
+}
+
+// liveWriter is one subscriber's response, shared by the channels it carries.
+type liveWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+// send writes b and flushes it, as one piece: frames of two channels never interleave.
+func (l *liveWriter) send(b []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.rc.SetWriteDeadline(time.Now().Add(writeTimeout)) // unsupported writers: no deadline
+	if _, err := l.w.Write(b); err != nil {
+		return err
+	}
+	return l.rc.Flush()
+}
+
+// follow sends ch's events after `after` to out until ctx ends or the client goes.
+func (c *Channels) follow(ctx context.Context, out *liveWriter, ch Channel, after int64, named bool) {
+	ref := store.ChannelRef{Account: ch.Account, Channel: ch.Name}
+	name := prefix(ch.Name, named)
 	keepAlive := time.NewTicker(c.opts.KeepAlive)
 	defer keepAlive.Stop()
 	for {
@@ -71,33 +148,33 @@ func (c *Channels) Subscribe(ctx context.Context, w http.ResponseWriter, ch Chan
 		frames, more, expired, err := c.next(ctx, ref, after, known)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
 			c.opts.Logger.Warn("live transport cannot read a channel", "channel", ch.Name, "error", err)
 			select {
 			case <-ctx.Done():
-				return nil
+				return
 			case <-time.After(c.opts.Poll):
 			}
 			continue
 		}
 		if expired {
-			// The client's Last-Event-ID is older than retention: send what is kept. The
+			// The client's resume point is older than retention: send what is kept. The
 			// gap it sees makes it replay, get 410 and load a new snapshot.
 			after = 0
 			continue
 		}
-		var out []byte
+		var b []byte
 		for _, f := range frames {
 			after = f.seq
 			if c.opts.Drop != nil && c.opts.Drop(ch.Name, f.seq) {
 				continue
 			}
-			out = append(out, f.data...)
+			b = fmt.Appendf(b, "id: %s%d\nevent: %s\ndata: %s\n\n", name, f.seq, f.event, f.data)
 		}
-		if len(out) > 0 {
-			if err := send(string(out)); err != nil {
-				return nil
+		if len(b) > 0 {
+			if err := out.send(b); err != nil {
+				return
 			}
 		}
 		if more {
@@ -105,14 +182,14 @@ func (c *Channels) Subscribe(ctx context.Context, w http.ResponseWriter, ch Chan
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-wake:
 		case <-keepAlive.C:
 			// The comment names the last sequence this stream passed: a client that lost
 			// the channel's latest event on the way sees it is behind without waiting for
 			// the next one.
-			if err := send(": keep-alive " + strconv.FormatInt(after, 10) + "\n\n"); err != nil {
-				return nil
+			if err := out.send(fmt.Appendf(nil, ": keep-alive %s%d\n\n", name, after)); err != nil {
+				return
 			}
 		}
 	}
@@ -142,21 +219,22 @@ func (c *Channels) next(ctx context.Context, ref store.ChannelRef, after, known 
 		return nil, false, page.Expired, err
 	}
 	for _, e := range page.Events {
-		frames = append(frames, liveFrame{seq: e.Sequence, data: c.frame(ref.Channel, e)})
+		frames = append(frames, c.frame(ref.Channel, e))
 	}
 	c.hub.keep(ref, frames)
 	return frames, page.More, false, nil
 }
 
-// frame is one SSE event, or its pointer when the data is larger than the limit.
-func (c *Channels) frame(channel string, e store.ChannelEvent) []byte {
+// frame is one event for the live transport, or its pointer when the data is larger
+// than the limit.
+func (c *Channels) frame(channel string, e store.ChannelEvent) liveFrame {
 	data, err := json.Marshal(eventFrom(channel, e))
 	if err != nil || len(data) > c.opts.BroadcastLimit {
 		data, _ = json.Marshal(Pointer{Sequence: e.Sequence})
-		return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, PointerType, data)
+		return liveFrame{seq: e.Sequence, event: PointerType, data: data}
 	}
 	// encoding/json escapes newlines inside strings, so data is one line.
-	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Type, data)
+	return liveFrame{seq: e.Sequence, event: e.Type, data: data}
 }
 
 // ParseLastEventID reads a Last-Event-ID header: -1 when empty (start at the current

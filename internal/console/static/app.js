@@ -3,7 +3,7 @@
 // run as markup.
 
 import { ApiError, call, clearToken, destinationPath, setToken, token } from './api.js';
-import { Follower } from './follow.js';
+import { Follower, follow } from './follow.js';
 import { formatTime, language, setLanguage, t } from './i18n.js';
 
 const connectors = ['eventbridge', 'kinesis', 'pubsub'];
@@ -32,6 +32,7 @@ const app = {
   disableAfter: 20,
   connector: '',
   views: new Map(), // destination id → CardView of the page shown
+  live: null, // what stops the page's live transport
 };
 
 const isAdmin = () => app.scope === 'admin';
@@ -75,7 +76,8 @@ function showSignIn(message = '') {
 // ---- pages ----
 
 function stopPage() {
-  for (const v of app.views.values()) v.stop();
+  if (app.live) app.live.stop();
+  app.live = null;
   app.views.clear();
   $('cards').replaceChildren();
 }
@@ -115,8 +117,9 @@ async function showConnector(connector) {
     const v = new CardView(card);
     app.views.set(card.id, v);
     $('cards').append(v.root);
-    v.start();
   }
+  // One stream carries every card's channel: a browser holds six connections to a host.
+  app.live = follow([...app.views.values()].map((v) => v.follower));
   $('page').dataset.ready = 'true';
   updateLive();
 }
@@ -183,9 +186,6 @@ class CardView {
     });
     this.render();
   }
-
-  start() { this.follower.start(); }
-  stop() { this.follower.stop(); }
 
   path(action = '') { return destinationPath(this.card.connector, this.card.id, action); }
 
@@ -298,7 +298,7 @@ class CardView {
     try {
       await call('POST', this.path(action));
     } catch (err) {
-      this.notice = t('actionFailed', { code: err.code || '', message: err.message });
+      this.notice = actionError(err);
     }
     this.renderState();
   }
@@ -326,7 +326,7 @@ class CardView {
         const res = await call('POST', this.path('disable'), { body: reason ? { reason } : {} });
         this.notice = t('disabledIds', { ids: res.disabled.join(', ') });
       } catch (err) {
-        this.notice = t('actionFailed', { code: err.code || '', message: err.message });
+        this.notice = actionError(err);
       }
       this.renderState();
     };
@@ -362,6 +362,17 @@ class CardView {
       a.next !== null ? el('button', { type: 'button', class: 'older', onclick: () => this.loadAttempts(false) }, t('older')) : null,
     );
   }
+}
+
+// actionError words an action's refusal. An action this scope may not take is 403
+// FORBIDDEN by the contract; the API has answered ACCESS_REVOKED for some (an account
+// token's disable): both are a refusal of this action, shown with the API's reason,
+// not a sign-out.
+function actionError(err) {
+  if (err instanceof ApiError && err.status === 403 && (err.code === 'FORBIDDEN' || err.code === 'ACCESS_REVOKED')) {
+    return t('notAllowed', { message: err.message });
+  }
+  return t('actionFailed', { code: err.code || '', message: err.message });
 }
 
 function row(label, value) {

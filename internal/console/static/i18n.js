@@ -81,6 +81,7 @@ const words = {
     cancel: 'Cancel',
     disabledIds: 'Disabled: {ids}',
     actionFailed: '{code}: {message}',
+    notAllowed: 'This token may not do that: {message}',
   },
   es: {
     title: 'Consola del relay',
@@ -160,6 +161,7 @@ const words = {
     cancel: 'Cancelar',
     disabledIds: 'Desactivados: {ids}',
     actionFailed: '{code}: {message}',
+    notAllowed: 'Este token no puede hacer eso: {message}',
   },
 };
 
