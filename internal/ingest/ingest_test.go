@@ -63,7 +63,7 @@ func newRig(t *testing.T, amqpURL, redisURL, exchange string) *rig {
 		QuarantineExchange: name + ".quarantine", QuarantineQueue: name + ".quarantine",
 	}
 	r.opts = Options{
-		URL: amqpURL, Topology: r.topo, Prefetch: 64,
+		URLs: []string{amqpURL}, Topology: r.topo, Prefetch: 64,
 		Verifier:    signature.Verifier{Keys: [][]byte{key}, MaxAge: time.Hour, MaxFuture: time.Minute},
 		Store:       st,
 		Router:      tenantRouter{"single-tenant": account},
