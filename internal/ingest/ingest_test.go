@@ -110,7 +110,13 @@ func (r *rig) deleteQueues() {
 	if err != nil {
 		return
 	}
-	_, _ = ch.QueueDelete(r.topo.Queue, false, false, false)
+	for _, q := range r.topo.Queues() {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	if r.topo.Partitions > 1 {
+		_, _ = ch.QueueDelete(r.topo.ReplicasQueue(), false, false, false)
+		_ = ch.ExchangeDelete(r.topo.HashExchange(), false, false)
+	}
 	_, _ = ch.QueueDelete(r.topo.QuarantineQueue, false, false, false)
 	_ = ch.ExchangeDelete(r.topo.QuarantineExchange, false, false)
 }

@@ -26,7 +26,7 @@ import (
 // Options configure a Drainer.
 type Options struct {
 	URLs     []string // the broker: one URL per node of the cluster, tried in turn
-	Exchange string // the operator-events exchange (topic, durable; declared on connect)
+	Exchange string   // the operator-events exchange (topic, durable; declared on connect)
 	Store    *store.Store
 	Consumer string // this replica's name in the outboxes' consumer group; unique per process
 	Logger   *slog.Logger

@@ -68,7 +68,7 @@ func SharedRabbitCluster(t testing.TB) *RabbitCluster {
 	return sharedCluster.c
 }
 
-// start runs the epmd, the three nodes at once, then joins rc2 and rc3 to rc1 at once.
+// start runs the epmd and the three nodes at once, then joins rc2 and rc3 to rc1.
 func (c *RabbitCluster) start() error {
 	port, err := freePort()
 	if err != nil {
@@ -104,15 +104,21 @@ func (c *RabbitCluster) start() error {
 	if err := c.parallel(c.nodes, (*RabbitMQ).start); err != nil {
 		return err
 	}
-	first := c.nodes[0].node
-	return c.parallel(c.nodes[1:], func(b *RabbitMQ) error {
-		for _, args := range [][]string{{"stop_app"}, {"join_cluster", first}, {"start_app"}} {
-			if _, err := c.ctl(b, args...); err != nil {
-				return err
-			}
+	// Two joins at once race in mnesia's schema copy: the joins go one after the other,
+	// the stops and starts around them at once.
+	first, joining := c.nodes[0].node, c.nodes[1:]
+	ctl := func(args ...string) func(*RabbitMQ) error {
+		return func(b *RabbitMQ) error { _, err := c.ctl(b, args...); return err }
+	}
+	if err := c.parallel(joining, ctl("stop_app")); err != nil {
+		return err
+	}
+	for _, b := range joining {
+		if err := ctl("join_cluster", first)(b); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return c.parallel(joining, ctl("start_app"))
 }
 
 // parallel runs f on each node at once and returns the first error.
