@@ -242,3 +242,27 @@ func TestAnEventLeftByADeadReplicaIsPublishedByAnother(t *testing.T) {
 		}
 	}
 }
+
+func TestOperatorEventIsPublishedThroughTheNextNodeWhenTheFirstIsDown(t *testing.T) {
+	url := testpeer.SharedRabbitMQ(t)
+	st, err := store.Open(testpeer.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	exchange := fmt.Sprintf("relay-test-operator-%d", time.Now().UnixNano())
+	m := newMailer(t, url, exchange)
+	// The first node listed is down (nothing listens on its port); the second is up.
+	down := fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", testpeer.FreePort(t))
+	metrics := NewMetrics(nil)
+	startDrainer(t, Options{URLs: []string{down, url}, Exchange: exchange, Store: st, Consumer: "replica-a",
+		Metrics: metrics, Sweep: 20 * time.Millisecond})
+	disable(t, st, "orders-bus")
+	got := drainOnce(t, st, m, 1)
+	if len(got) != 1 {
+		t.Fatalf("%d copies of the operator event at the mailer, want 1", len(got))
+	}
+	if f := testutil.ToFloat64(metrics.Failed); f != 0 {
+		t.Errorf("%v failed publishes: the drainer did not go on to the live node", f)
+	}
+}
