@@ -252,6 +252,10 @@ func (c *Consumer) subscribe(ctx context.Context, conn *amqp.Connection, nonce, 
 			select {
 			case buffered <- d:
 			case <-s.stop:
+				// Keep taking what amqp091-go hands over until it closes in: closing the
+				// channel waits for its delivery goroutine, blocked on in otherwise.
+				for range in {
+				}
 				return
 			}
 		}
