@@ -165,12 +165,12 @@ func (c *Consumer) session(ctx context.Context) error {
 	subs := make([]*subscription, len(queues))
 	defer func() {
 		for _, s := range subs {
-			s.close()
+			s.stop() // the connection's close (deferred above) closes the channels
 		}
 	}()
 	for i, q := range queues {
 		parts[i] = &partition{queue: q}
-		if subs[i], err = c.subscribe(sctx, conn, nonce, q); err != nil {
+		if subs[i], err = c.subscribe(conn, nonce, q); err != nil {
 			return err
 		}
 	}
@@ -214,16 +214,16 @@ type subscription struct {
 	ch, quarantine *amqp.Channel
 	link           link
 	deliveries     <-chan amqp.Delivery
-	stop           chan struct{}
+	done           chan struct{} // closed by stop
 }
 
 // subscribe opens a subscription to queue on conn.
-func (c *Consumer) subscribe(ctx context.Context, conn *amqp.Connection, nonce, queue string) (*subscription, error) {
+func (c *Consumer) subscribe(conn *amqp.Connection, nonce, queue string) (*subscription, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	s := &subscription{ch: ch, stop: make(chan struct{})}
+	s := &subscription{ch: ch, done: make(chan struct{})}
 	if err := ch.Qos(c.opts.Prefetch, 0, false); err != nil {
 		s.close()
 		return nil, fmt.Errorf("set prefetch: %w", err)
@@ -238,7 +238,9 @@ func (c *Consumer) subscribe(ctx context.Context, conn *amqp.Connection, nonce, 
 	}
 	s.link = link{quarantine: s.quarantine, nonce: nonce, frameMax: conn.Config.FrameSize}
 	tag := "relay-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	deliveries, err := ch.ConsumeWithContext(ctx, queue, tag, false, false, false, false, nil)
+	// Not ConsumeWithContext: its cancel on ctx.Done races with close's Channel.Close, and
+	// amqp091-go can hand one call's reply to the other, leaving that call waiting forever.
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("consume %q: %w", queue, err)
@@ -251,7 +253,7 @@ func (c *Consumer) subscribe(ctx context.Context, conn *amqp.Connection, nonce, 
 		for d := range in {
 			select {
 			case buffered <- d:
-			case <-s.stop:
+			case <-s.done:
 				// Keep taking what amqp091-go hands over until it closes in: closing the
 				// channel waits for its delivery goroutine, blocked on in otherwise.
 				for range in {
@@ -270,15 +272,22 @@ func (s *subscription) close() {
 	if s == nil {
 		return
 	}
-	select {
-	case <-s.stop:
-		return
-	default:
-	}
-	close(s.stop)
+	s.stop()
 	s.ch.Close()
 	if s.quarantine != nil {
 		s.quarantine.Close()
+	}
+}
+
+// stop ends the forwarding of deliveries, leaving the channels to the connection's close.
+func (s *subscription) stop() {
+	if s == nil {
+		return
+	}
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
 	}
 }
 
@@ -299,7 +308,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, nonce str
 		p.yield.Store(false)
 		c.opts.Metrics.PartitionHandovers.Inc()
 		c.opts.Logger.Info("partition handed over to another replica", "queue", p.queue)
-		s, err := c.subscribe(ctx, conn, nonce, p.queue)
+		s, err := c.subscribe(conn, nonce, p.queue)
 		if err != nil {
 			return err
 		}
@@ -356,11 +365,10 @@ func (c *Consumer) rebalance(ctx context.Context, conn *amqp.Connection, parts [
 	if err != nil {
 		return fmt.Errorf("open replicas channel: %w", err)
 	}
-	defer ch.Close()
-	name := c.opts.Topology.ReplicasQueue()
+	name := c.opts.Topology.ReplicasQueue() // the channel closes with the connection
 	// Registered after every partition's consumer, so a replica counted here is waiting
 	// on each partition and can take one over.
-	presence, err := ch.ConsumeWithContext(ctx, name, "", true, false, false, false, nil)
+	presence, err := ch.Consume(name, "", true, false, false, false, nil) // not WithContext: see subscribe
 	if err != nil {
 		return fmt.Errorf("consume %q: %w", name, err)
 	}
