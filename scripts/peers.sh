@@ -176,7 +176,7 @@ start_rabbit() {
 		wait_port "$EPMD_PORT" "$dir/epmd.pid" epmd 10 "$dir/epmd.log"
 	fi
 	printf 'loopback_users = none\nlisteners.tcp.1 = 127.0.0.1:%s\n' "$RABBIT_PORT" >"$r/rabbitmq.conf"
-	echo '[].' >"$r/enabled_plugins"
+	echo '[rabbitmq_consistent_hash_exchange].' >"$r/enabled_plugins" # rabbitmq.partitions uses it
 	: >"$r/rabbitmq-env.conf"
 	# RABBITMQ_ALLOW_INPUT makes the script exec the Erlang VM in place of its signal-forwarding
 	# shell, so the pid we record is the broker itself; -noinput keeps it off stdin.

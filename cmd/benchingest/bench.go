@@ -209,7 +209,7 @@ func (b *bench) relay(ctx context.Context, exchange, account string, msgs []mess
 	}
 	metrics := ingest.NewMetrics(nil)
 	consumer := ingest.New(ingest.Options{
-		URL:          b.cfg.amqpURL,
+		URLs:         []string{b.cfg.amqpURL},
 		Topology:     topology,
 		Prefetch:     b.cfg.prefetch,
 		Verifier:     signature.Verifier{Keys: [][]byte{b.key}, MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},

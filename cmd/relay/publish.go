@@ -39,7 +39,9 @@ re-emit); --tamper changes the body after signing (the relay must quarantine it)
 				if err != nil {
 					return err
 				}
-				url = or(url, cfg.RabbitMQ.URL)
+				if url == "" && len(cfg.RabbitMQ.URLs) > 0 {
+					url = cfg.RabbitMQ.URLs[0] // the first node; the cluster routes to the others
+				}
 				exchange = or(exchange, cfg.RabbitMQ.Exchange)
 				if len(cfg.Signature.Keys) > 0 {
 					key = cfg.Signature.Keys[0]

@@ -96,13 +96,14 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		defer shutdownTracer(tracer, log)
 	}
 	consumer := ingest.New(ingest.Options{
-		URL: cfg.RabbitMQ.URL,
+		URLs: cfg.RabbitMQ.URLs,
 		Topology: ingest.Topology{
 			Exchange:           cfg.RabbitMQ.Exchange,
 			Queue:              cfg.RabbitMQ.Queue,
 			RoutingKeys:        cfg.RabbitMQ.RoutingKeys,
 			QuarantineExchange: cfg.RabbitMQ.QuarantineExchange,
 			QuarantineQueue:    cfg.RabbitMQ.QuarantineQueue,
+			Partitions:         cfg.RabbitMQ.Partitions,
 		},
 		Prefetch: cfg.RabbitMQ.Prefetch,
 		Verifier: signature.Verifier{
@@ -126,7 +127,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	defer closeSinks()
 	owner := replicaName()
 	// Operator events wait in Redis outboxes until the broker confirms them.
-	outbox := notify.New(notify.Options{URL: cfg.RabbitMQ.URL, Exchange: cfg.Delivery.OperatorEventsExchange,
+	outbox := notify.New(notify.Options{URLs: cfg.RabbitMQ.URLs, Exchange: cfg.Delivery.OperatorEventsExchange,
 		Store: st, Consumer: owner, Logger: log.With("component", "notify"), Metrics: notify.NewMetrics(reg)})
 	outbox.SetAccounts(accountIDs(cfg.Accounts))
 	disp := dispatch.New(dispatch.Options{

@@ -155,9 +155,38 @@ func (p *parser) checkIdentity(c *Config) {
 }
 
 func (p *parser) checkRabbitMQ(r *RabbitMQ) {
-	if v, ok := p.secret("rabbitmq.url", r.URL); ok {
-		r.URL = v
-		p.checkURL("rabbitmq.url", v, "amqp", "amqps", "amqp://user:pass@host:5672/vhost")
+	const example = "amqp://user:pass@host:5672/vhost"
+	switch {
+	case p.rabbitURLRef != "" && p.rabbitURLRefs != nil:
+		p.add("rabbitmq.urls", "set rabbitmq.url (one node) or rabbitmq.urls (every node of a cluster), not both")
+	case p.rabbitURLRefs != nil:
+		if len(p.rabbitURLRefs) == 0 {
+			p.add("rabbitmq.urls", "must list at least one URL, one per node of the cluster, like %s", example)
+		}
+		nodes := map[string]int{}
+		for i, ref := range p.rabbitURLRefs {
+			path := index("rabbitmq.urls", i)
+			v, ok := p.secret(path, ref)
+			if !ok {
+				continue
+			}
+			p.checkURL(path, v, "amqp", "amqps", example)
+			if u, err := url.Parse(v); err == nil && u.Host != "" {
+				if j, dup := nodes[u.Host]; dup {
+					p.add(path, "names the same host and port as rabbitmq.urls[%d]: list each node once", j)
+				}
+				nodes[u.Host] = i
+			}
+			r.URLs = append(r.URLs, v)
+		}
+	default:
+		if v, ok := p.secret("rabbitmq.url", p.rabbitURLRef); ok {
+			r.URLs = []string{v}
+			p.checkURL("rabbitmq.url", v, "amqp", "amqps", example)
+		}
+	}
+	if r.Partitions < 1 || r.Partitions > MaxPartitions {
+		p.add("rabbitmq.partitions", "%d is out of range: between 1 (one queue) and %d (each partition is a quorum queue on every node and two channels on every replica)", r.Partitions, MaxPartitions)
 	}
 	if r.Exchange == "" {
 		p.add("rabbitmq.exchange", "is required: the Worker's job-events exchange, like fetcher.job.events")

@@ -35,19 +35,22 @@ type Config struct {
 
 // RabbitMQ is where job events arrive and where unverifiable ones are set aside.
 type RabbitMQ struct {
-	URL                string // secret: amqp:// or amqps:// with credentials
+	// URLs are secrets: amqp:// or amqps:// with credentials, one per node of the
+	// cluster (rabbitmq.urls), or the one of rabbitmq.url.
+	URLs               []string
 	Exchange           string
 	Queue              string
 	RoutingKeys        []string
 	Prefetch           int
 	QuarantineExchange string
 	QuarantineQueue    string
+	Partitions         int // queues behind a consistent-hash exchange on the tenant; 1: Queue alone
 }
 
-// String leaves the URL out: it holds a password.
+// String leaves the URLs out: they hold a password.
 func (r RabbitMQ) String() string {
-	return fmt.Sprintf("{URL:%s Exchange:%s Queue:%s RoutingKeys:%v Prefetch:%d QuarantineExchange:%s QuarantineQueue:%s}",
-		redacted(r.URL), r.Exchange, r.Queue, r.RoutingKeys, r.Prefetch, r.QuarantineExchange, r.QuarantineQueue)
+	return fmt.Sprintf("{URLs:[%d redacted] Exchange:%s Queue:%s RoutingKeys:%v Prefetch:%d QuarantineExchange:%s QuarantineQueue:%s Partitions:%d}",
+		len(r.URLs), r.Exchange, r.Queue, r.RoutingKeys, r.Prefetch, r.QuarantineExchange, r.QuarantineQueue, r.Partitions)
 }
 
 // GoString is String, so %#v does not print the URL either.

@@ -79,7 +79,7 @@ func TestExampleFromTheContractParses(t *testing.T) {
 	key, _ := hex.DecodeString(hexKey)
 	want := &Config{
 		Identity: destination.Identity{Name: "mercamap", AWSPrincipalARN: "arn:aws:iam::999999999999:role/relay-delivery", GCPServiceAccount: "relay@relay-prod.iam.gserviceaccount.com"},
-		RabbitMQ: RabbitMQ{URL: rabbitURL, Exchange: "fetcher.job.events", Queue: "relay.job-events", RoutingKeys: []string{"job.completed", "job.failed"},
+		RabbitMQ: RabbitMQ{URLs: []string{rabbitURL}, Exchange: "fetcher.job.events", Queue: "relay.job-events", RoutingKeys: []string{"job.completed", "job.failed"}, Partitions: 1,
 			Prefetch: 256, QuarantineExchange: "relay.job-events.quarantine", QuarantineQueue: "relay.job-events.quarantine"},
 		Redis:       Redis{URL: redisURL},
 		Signature:   Signature{Keys: [][]byte{key}, MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
@@ -163,6 +163,8 @@ func TestDefaultsApply(t *testing.T) {
 		{"rabbitmq.queue", c.RabbitMQ.Queue, "relay.job-events"},
 		{"rabbitmq.routing_keys", c.RabbitMQ.RoutingKeys, []string{"job.completed", "job.failed"}},
 		{"rabbitmq.prefetch", c.RabbitMQ.Prefetch, 256},
+		{"rabbitmq.partitions", c.RabbitMQ.Partitions, 1},
+		{"rabbitmq.url as its one URL", c.RabbitMQ.URLs, []string{"amqp://guest:guest@localhost:5672/"}},
 		{"rabbitmq.quarantine_exchange", c.RabbitMQ.QuarantineExchange, "relay.job-events.quarantine"},
 		{"rabbitmq.quarantine_queue", c.RabbitMQ.QuarantineQueue, "relay.job-events.quarantine"},
 		{"signature.max_age", c.Signature.MaxAge, 72 * time.Hour},
@@ -204,6 +206,22 @@ func TestDefaultsApply(t *testing.T) {
 	}
 	if c.RabbitMQ.QuarantineExchange != "mine.quarantine" || c.RabbitMQ.QuarantineQueue != "mine.quarantine" {
 		t.Errorf("quarantine names = %q, %q", c.RabbitMQ.QuarantineExchange, c.RabbitMQ.QuarantineQueue)
+	}
+}
+
+func TestRabbitMQURLsListEveryNodeAndPartitionsAreRead(t *testing.T) {
+	file := strings.Replace(minimal, `url: "amqp://guest:guest@localhost:5672/"`,
+		`urls: ["amqp://guest:guest@n1:5672/", env:RMQ2, "amqp://guest:guest@n3:5672/"], partitions: 3`, 1)
+	c, err := Parse([]byte(file), env(map[string]string{"RMQ2": "amqp://relay:rabbit-s3cret@n2:5672/"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"amqp://guest:guest@n1:5672/", "amqp://relay:rabbit-s3cret@n2:5672/", "amqp://guest:guest@n3:5672/"}
+	if !slices.Equal(c.RabbitMQ.URLs, want) || c.RabbitMQ.Partitions != 3 {
+		t.Errorf("urls = %v, partitions = %d", c.RabbitMQ.URLs, c.RabbitMQ.Partitions)
+	}
+	if s := fmt.Sprintf("%v %#v", c.RabbitMQ, c.RabbitMQ); strings.Contains(s, "s3cret") || strings.Contains(s, "guest") {
+		t.Errorf("the printed config shows a URL: %s", s)
 	}
 }
 
@@ -379,6 +397,20 @@ func TestEachProblemIsReportedAtItsPath(t *testing.T) {
 			"rabbitmq.prefetch", "0 is out of range: the prefetch count is between 1 and 65535"},
 		{"prefetch not a number", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, prefetch: many}`}, nil,
 			"rabbitmq.prefetch", "must be a whole number"},
+		{"rabbitmq url and urls", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", urls: ["amqp://h2/"], exchange: e}`}, nil,
+			"rabbitmq.urls", "not both"},
+		{"rabbitmq urls empty", map[string]string{"rabbitmq": `rabbitmq: {urls: [], exchange: e}`}, nil,
+			"rabbitmq.urls", "must list at least one URL"},
+		{"rabbitmq urls names one node twice", map[string]string{"rabbitmq": `rabbitmq: {urls: ["amqp://u:p@h1:5672/", env:RMQ2, "amqp://u:p@h1:5672/"], exchange: e}`},
+			map[string]string{"RMQ2": "amqp://relay:rabbit-s3cret@h2:5672/"},
+			"rabbitmq.urls[2]", "names the same host and port as rabbitmq.urls[0]"},
+		{"rabbitmq urls item of the wrong scheme", map[string]string{"rabbitmq": `rabbitmq: {urls: ["amqp://h1/", env:RMQ], exchange: e}`},
+			map[string]string{"RMQ": "http://relay:rabbit-s3cret@host/"},
+			"rabbitmq.urls[1]", "must start with amqp:// or amqps://"},
+		{"rabbitmq partitions zero", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, partitions: 0}`}, nil,
+			"rabbitmq.partitions", "0 is out of range: between 1 (one queue) and 64"},
+		{"rabbitmq partitions too many", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, partitions: 65}`}, nil,
+			"rabbitmq.partitions", "65 is out of range"},
 		{"rabbitmq url of the wrong scheme", map[string]string{"rabbitmq": `rabbitmq: {url: env:RMQ, exchange: e}`}, map[string]string{"RMQ": "http://relay:rabbit-s3cret@host/"},
 			"rabbitmq.url", "must start with amqp:// or amqps://"},
 		{"redis url without host", map[string]string{"redis": `redis: {url: env:RDS}`}, map[string]string{"RDS": "redis://:redis-s3cret@/0"},
@@ -486,8 +518,8 @@ api: {tokens: [{scope: admin, token: literal-token-s3cret}]}
 		t.Fatalf("Parse = %v", err)
 	}
 	key, _ := hex.DecodeString(hexKey)
-	if c.RabbitMQ.URL != rabbitURL || c.Redis.URL != redisURL || !reflect.DeepEqual(c.Signature.Keys, [][]byte{key, key}) || c.API.Tokens[0].Token != "literal-token-s3cret" {
-		t.Errorf("resolved: rabbitmq %q redis %q keys %x token %q", c.RabbitMQ.URL, c.Redis.URL, c.Signature.Keys, c.API.Tokens[0].Token)
+	if !slices.Equal(c.RabbitMQ.URLs, []string{rabbitURL}) || c.Redis.URL != redisURL || !reflect.DeepEqual(c.Signature.Keys, [][]byte{key, key}) || c.API.Tokens[0].Token != "literal-token-s3cret" {
+		t.Errorf("resolved: rabbitmq %q redis %q keys %x token %q", c.RabbitMQ.URLs, c.Redis.URL, c.Signature.Keys, c.API.Tokens[0].Token)
 	}
 
 	// Broken references: each one a problem naming the variable or the file.
@@ -544,7 +576,7 @@ func TestStringsNeverContainSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.RabbitMQ.URL, c.Redis.URL = rabbitURL, redisURL
+	c.RabbitMQ.URLs, c.Redis.URL = []string{rabbitURL, rabbitURL}, redisURL
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
 		out := fmt.Sprintf(verb, *c) + fmt.Sprintf(verb, c.API.Tokens) + fmt.Sprintf(verb, c.Signature)
 		for _, secret := range []string{"s3cret", hexKey[:16], "guest"} {

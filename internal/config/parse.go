@@ -13,6 +13,7 @@ import (
 const (
 	DefaultQueue                  = "relay.job-events"
 	DefaultPrefetch               = 256
+	MaxPartitions                 = 64
 	DefaultListen                 = "127.0.0.1:8080"
 	DefaultAWSRegion              = "us-east-1"
 	DefaultOperatorEventsExchange = "relay.operator.events"
@@ -42,6 +43,7 @@ func defaults() *Config {
 			Queue:       DefaultQueue,
 			RoutingKeys: append([]string(nil), DefaultRoutingKeys...),
 			Prefetch:    DefaultPrefetch,
+			Partitions:  1,
 		},
 		Signature:   Signature{MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
 		DedupWindow: 168 * time.Hour,
@@ -67,6 +69,8 @@ type parser struct {
 	getenv     func(string) string
 	readSecret func(path string) ([]byte, fs.FileMode, error) // a file: secret and its mode
 
+	rabbitURLRef        string   // rabbitmq.url
+	rabbitURLRefs       []string // rabbitmq.urls; nil when absent
 	keyRefs             []string
 	masterRef           string
 	externalIDSecretRef string // identity.external_id_secret: derives ExternalIds, never kept
@@ -109,7 +113,9 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 		"rabbitmq": func(v *yaml.Node, path string) {
 			r := &c.RabbitMQ
 			w.object(v, path, fields{
-				"url":                 func(v *yaml.Node, path string) { w.str(v, path, &r.URL) },
+				"url":                 func(v *yaml.Node, path string) { w.str(v, path, &p.rabbitURLRef) },
+				"urls":                func(v *yaml.Node, path string) { w.strs(v, path, &p.rabbitURLRefs) },
+				"partitions":          func(v *yaml.Node, path string) { w.integer(v, path, &r.Partitions) },
 				"exchange":            func(v *yaml.Node, path string) { w.str(v, path, &r.Exchange) },
 				"queue":               func(v *yaml.Node, path string) { w.str(v, path, &r.Queue) },
 				"routing_keys":        func(v *yaml.Node, path string) { w.strs(v, path, &r.RoutingKeys) },

@@ -19,6 +19,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/mercamap/relay/internal/amqpnodes"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
 )
@@ -30,7 +31,7 @@ type Router interface {
 
 // Options configure a Consumer.
 type Options struct {
-	URL          string // amqp:// URL (holds a password: never logged)
+	URLs         []string // amqp:// URLs, one per node of the cluster (hold a password: never logged)
 	Topology     Topology
 	Prefetch     int
 	Verifier     signature.Verifier
@@ -42,6 +43,9 @@ type Options struct {
 	Metrics      *Metrics
 	// Tracer, when set, traces each stored event (trace.go); nil: tracing is off.
 	Tracer Tracer
+	// Rebalance is how often a replica with partitions compares the partitions it
+	// consumes with its share (default 10 s); see rebalance.
+	Rebalance time.Duration
 	// AfterAppend, when set, runs after a batch is in Redis and before it is acked.
 	// Failure drills use it to stop the process in exactly that gap.
 	AfterAppend func()
@@ -51,11 +55,12 @@ type Options struct {
 type Consumer struct {
 	opts      Options
 	connected atomic.Bool
+	nodes     *amqpnodes.Nodes // used by Run's goroutine only
 
 	// routing is held by handle for one batch, from routing to ack, so a batch is routed
-	// by one table and SetRouter swaps between batches. Only the ingest goroutine takes it
-	// in steady state (once a batch, never contended); a reload waits for the batch in hand.
-	routing sync.Mutex
+	// by one table and SetRouter swaps between batches. Each partition's goroutine takes
+	// it shared once a batch; a reload waits for the batches in hand.
+	routing sync.RWMutex
 	router  Router
 
 	conn      atomic.Pointer[amqp.Connection] // the live connection, for lag.go's queue reads
@@ -73,7 +78,10 @@ func New(opts Options) *Consumer {
 	if opts.Prefetch < 1 {
 		opts.Prefetch = 256
 	}
-	return &Consumer{opts: opts, router: opts.Router}
+	if opts.Rebalance <= 0 {
+		opts.Rebalance = 10 * time.Second
+	}
+	return &Consumer{opts: opts, router: opts.Router, nodes: amqpnodes.New(opts.URLs)}
 }
 
 // SetRouter routes every event from the next batch on by r. It returns once the batch in
@@ -91,7 +99,9 @@ func (c *Consumer) Connected() bool { return c.connected.Load() }
 // Run consumes until ctx is cancelled, reconnecting with backoff whenever the broker
 // connection is lost. On cancel it finishes the batch in hand and returns nil. It returns
 // a *TopologyError, without retrying, when the broker holds the queue (or an exchange)
-// with other arguments: that is fixed by an operator, never by reconnecting.
+// with other arguments, and a *PluginError when partitions need a plugin the broker has
+// not enabled: those are fixed by an operator, never by reconnecting. Each reconnection
+// tries the next node of Options.URLs first.
 func (c *Consumer) Run(ctx context.Context) error {
 	const minWait, maxWait = 100 * time.Millisecond, 15 * time.Second
 	wait := minWait
@@ -103,7 +113,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil
 		}
 		var mismatch *TopologyError
-		if errors.As(err, &mismatch) {
+		var plugin *PluginError
+		if errors.As(err, &mismatch) || errors.As(err, &plugin) {
 			return err
 		}
 		if wasConnected {
@@ -123,13 +134,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// session runs one broker connection until it fails or ctx is cancelled.
+// session runs one broker connection until it fails or ctx is cancelled: one consumer
+// (with its own channels) for each queue of the topology and, with partitions, the
+// rebalancing loop.
 func (c *Consumer) session(ctx context.Context) error {
 	// Through a headerFilter: headers amqp091-go cannot read would otherwise close the
 	// connection at every delivery of the same message.
-	conn, nonce, err := dialFiltered(c.opts.URL, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Properties: amqp.Table{"connection_name": "relay-ingest"},
+	var conn *amqp.Connection
+	var nonce string
+	err := c.nodes.Connect(func(url string) error {
+		var err error
+		conn, nonce, err = dialFiltered(url, amqp.Config{
+			Heartbeat:  10 * time.Second,
+			Properties: amqp.Table{"connection_name": "relay-ingest"},
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err) // dial errors name the host, never the password
@@ -142,60 +161,187 @@ func (c *Consumer) session(ctx context.Context) error {
 	if err := c.opts.Topology.declare(ch); err != nil {
 		return err
 	}
+	ch.Close()
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queues := c.opts.Topology.Queues()
+	parts := make([]*partition, len(queues))
+	subs := make([]*subscription, len(queues))
+	defer func() {
+		for _, s := range subs {
+			s.stop() // the connection's close (deferred above) closes the channels
+		}
+	}()
+	for i, q := range queues {
+		parts[i] = &partition{queue: q}
+		if subs[i], err = c.subscribe(conn, nonce, q); err != nil {
+			return err
+		}
+	}
+	c.connected.Store(true)
+	c.conn.Store(conn)
+	defer c.conn.Store(nil)
+	defer c.heldSince.Store(0) // unacked messages go back to the queue with the connection
+	c.opts.Logger.Info("consuming", "queues", queues, "prefetch", c.opts.Prefetch)
+
+	errs := make(chan error, len(parts)+1)
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- c.consume(sctx, conn, nonce, p, &subs[i])
+		}()
+	}
+	if len(parts) > 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- c.rebalance(sctx, conn, parts)
+		}()
+	}
+	// The first to end (an error, or nil on shutdown) ends the session; each consumer
+	// finishes the batch in hand before it returns.
+	err = <-errs
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// partition is one queue this session consumes, and what rebalance knows of it.
+type partition struct {
+	queue string
+	last  atomic.Int64 // UnixNano of the last batch taken from it; 0 since (re)subscribing
+	yield atomic.Bool  // rebalance asks to hand it to another replica
+}
+
+// subscription is one consumer on one queue: its channel (prefetch set), a quarantine
+// channel with publisher confirms, and its deliveries.
+type subscription struct {
+	ch, quarantine *amqp.Channel
+	link           link
+	deliveries     <-chan amqp.Delivery
+	done           chan struct{} // closed by stop
+}
+
+// subscribe opens a subscription to queue on conn.
+func (c *Consumer) subscribe(conn *amqp.Connection, nonce, queue string) (*subscription, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	s := &subscription{ch: ch, done: make(chan struct{})}
 	if err := ch.Qos(c.opts.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch: %w", err)
+		s.close()
+		return nil, fmt.Errorf("set prefetch: %w", err)
 	}
-	quarantine, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open quarantine channel: %w", err)
+	if s.quarantine, err = conn.Channel(); err != nil {
+		s.close()
+		return nil, fmt.Errorf("open quarantine channel: %w", err)
 	}
-	if err := quarantine.Confirm(false); err != nil {
-		return fmt.Errorf("enable publisher confirms: %w", err)
+	if err := s.quarantine.Confirm(false); err != nil {
+		s.close()
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	l := link{quarantine: quarantine, nonce: nonce, frameMax: conn.Config.FrameSize}
+	s.link = link{quarantine: s.quarantine, nonce: nonce, frameMax: conn.Config.FrameSize}
 	tag := "relay-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	deliveries, err := ch.ConsumeWithContext(ctx, c.opts.Topology.Queue, tag, false, false, false, false, nil)
+	// Not ConsumeWithContext: its cancel on ctx.Done races with close's Channel.Close, and
+	// amqp091-go can hand one call's reply to the other, leaving that call waiting forever.
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("consume %q: %w", c.opts.Topology.Queue, err)
+		s.close()
+		return nil, fmt.Errorf("consume %q: %w", queue, err)
 	}
 	// amqp091-go hands deliveries over one at a time on an unbuffered channel; a buffer
 	// the size of the prefetch window lets a batch form while Redis answers the last one.
 	buffered := make(chan amqp.Delivery, c.opts.Prefetch)
-	stop := make(chan struct{})
-	defer close(stop)
 	go func(in <-chan amqp.Delivery) {
 		defer close(buffered)
 		for d := range in {
 			select {
 			case buffered <- d:
-			case <-stop:
+			case <-s.done:
+				// Keep taking what amqp091-go hands over until it closes in: closing the
+				// channel waits for its delivery goroutine, blocked on in otherwise.
+				for range in {
+				}
 				return
 			}
 		}
 	}(deliveries)
-	deliveries = buffered
-	c.connected.Store(true)
-	c.conn.Store(conn)
-	defer c.conn.Store(nil)
-	defer c.heldSince.Store(0) // unacked messages go back to the queue with the connection
-	c.opts.Logger.Info("consuming", "queue", c.opts.Topology.Queue, "prefetch", c.opts.Prefetch)
+	s.deliveries = buffered
+	return s, nil
+}
 
+// close ends the subscription: the broker takes back what it delivered and nobody acked,
+// and hands the queue to the next consumer, those messages first.
+func (s *subscription) close() {
+	if s == nil {
+		return
+	}
+	s.stop()
+	s.ch.Close()
+	if s.quarantine != nil {
+		s.quarantine.Close()
+	}
+}
+
+// stop ends the forwarding of deliveries, leaving the channels to the connection's close.
+func (s *subscription) stop() {
+	if s == nil {
+		return
+	}
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+}
+
+// errYield ends a subscription that rebalance hands to another replica.
+var errYield = errors.New("partition handed to another replica")
+
+// consume takes batches from *sub until ctx is cancelled or the connection fails. When
+// rebalance asks, it settles the batch in hand, closes the subscription and subscribes
+// again: it then waits behind the other replicas' consumers.
+func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, nonce string, p *partition, sub **subscription) error {
+	for {
+		err := c.batches(ctx, p, *sub)
+		if !errors.Is(err, errYield) {
+			return err
+		}
+		(*sub).close()
+		p.last.Store(0)
+		p.yield.Store(false)
+		c.opts.Metrics.PartitionHandovers.Inc()
+		c.opts.Logger.Info("partition handed over to another replica", "queue", p.queue)
+		s, err := c.subscribe(conn, nonce, p.queue)
+		if err != nil {
+			return err
+		}
+		*sub = s
+	}
+}
+
+// batches handles what s delivers, one batch at a time.
+func (c *Consumer) batches(ctx context.Context, p *partition, s *subscription) error {
 	batch := make([]amqp.Delivery, 0, c.opts.Prefetch)
 	for {
 		batch = batch[:0]
 		select {
 		case <-ctx.Done():
 			return nil // unacked deliveries go back to the queue when the connection closes
-		case d, ok := <-deliveries:
+		case d, ok := <-s.deliveries:
 			if !ok {
-				return errors.New("delivery channel closed by the broker")
+				return fmt.Errorf("delivery channel of %q closed by the broker", p.queue)
 			}
 			batch = append(batch, d)
 		}
 	fill:
 		for len(batch) < cap(batch) {
 			select {
-			case d, ok := <-deliveries:
+			case d, ok := <-s.deliveries:
 				if !ok {
 					break fill
 				}
@@ -204,11 +350,70 @@ func (c *Consumer) session(ctx context.Context) error {
 				break fill
 			}
 		}
-		c.heldSince.Store(time.Now().UnixNano())
-		if err := c.handle(ctx, l, batch); err != nil {
+		p.last.Store(time.Now().UnixNano())
+		c.heldSince.CompareAndSwap(0, time.Now().UnixNano()) // the oldest batch in hand, of any partition
+		err := c.handle(ctx, s.link, batch)
+		c.heldSince.Store(0)
+		if err != nil {
 			return err
 		}
-		c.heldSince.Store(0)
+		if p.yield.Load() {
+			return errYield
+		}
+	}
+}
+
+// rebalance spreads the partitions over the replicas. Every replica consumes every
+// partition, and the broker delivers each to one of them at a time (single active
+// consumer): the first to subscribe, so one replica would hold them all. Each round it
+// counts the replicas (the consumers of ReplicasQueue, one per replica) and, when this
+// one took batches from more partitions than its share (partitions ÷ replicas, rounded
+// up), hands the excess over: after the batch in hand, it closes that subscription and
+// subscribes again, behind the others, and the broker gives the partition to the next
+// replica, starting with the messages left unacked.
+func (c *Consumer) rebalance(ctx context.Context, conn *amqp.Connection, parts []*partition) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open replicas channel: %w", err)
+	}
+	name := c.opts.Topology.ReplicasQueue() // the channel closes with the connection
+	// Registered after every partition's consumer, so a replica counted here is waiting
+	// on each partition and can take one over.
+	presence, err := ch.Consume(name, "", true, false, false, false, nil) // not WithContext: see subscribe
+	if err != nil {
+		return fmt.Errorf("consume %q: %w", name, err)
+	}
+	go func() {
+		for range presence { // nothing is published to it; drop whatever is
+		}
+	}()
+	every := c.opts.Rebalance
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("count the replicas on %q: %w", name, err)
+		}
+		replicas := max(q.Consumers, 1)
+		share := (len(parts) + replicas - 1) / replicas
+		since := time.Now().Add(-every).UnixNano()
+		active := 0
+		for _, p := range parts {
+			busy := p.last.Load() > since && !p.yield.Load()
+			if busy {
+				active++
+			}
+			if busy && active > share {
+				p.yield.Store(true)
+			}
+		}
+		c.opts.Metrics.PartitionsActive.Set(float64(min(active, share)))
 	}
 }
 
@@ -225,8 +430,8 @@ type link struct {
 // frame, a copy the broker refused) is rejected instead, and the broker dead-letters
 // it, unchanged, to the quarantine exchange.
 func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (err error) {
-	c.routing.Lock()
-	defer c.routing.Unlock()
+	c.routing.RLock()
+	defer c.routing.RUnlock()
 	var spans traceSpans
 	defer func() { spans.end(err) }()
 	m := c.opts.Metrics

@@ -63,7 +63,7 @@ func newRig(t *testing.T, amqpURL, redisURL, exchange string) *rig {
 		QuarantineExchange: name + ".quarantine", QuarantineQueue: name + ".quarantine",
 	}
 	r.opts = Options{
-		URL: amqpURL, Topology: r.topo, Prefetch: 64,
+		URLs: []string{amqpURL}, Topology: r.topo, Prefetch: 64,
 		Verifier:    signature.Verifier{Keys: [][]byte{key}, MaxAge: time.Hour, MaxFuture: time.Minute},
 		Store:       st,
 		Router:      tenantRouter{"single-tenant": account},
@@ -110,7 +110,13 @@ func (r *rig) deleteQueues() {
 	if err != nil {
 		return
 	}
-	_, _ = ch.QueueDelete(r.topo.Queue, false, false, false)
+	for _, q := range r.topo.Queues() {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	if r.topo.Partitions > 1 {
+		_, _ = ch.QueueDelete(r.topo.ReplicasQueue(), false, false, false)
+		_ = ch.ExchangeDelete(r.topo.HashExchange(), false, false)
+	}
 	_, _ = ch.QueueDelete(r.topo.QuarantineQueue, false, false, false)
 	_ = ch.ExchangeDelete(r.topo.QuarantineExchange, false, false)
 }

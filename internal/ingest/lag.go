@@ -57,7 +57,7 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// inspectQueue reads the relay queue's counts through the live connection, giving up
+// inspectQueue reads the relay queue's (or its partitions') counts through the live connection, giving up
 // after limit (amqp091-go's calls take no context); false when there is none or it failed.
 func (c *Consumer) inspectQueue(limit time.Duration) (amqp.Queue, bool) {
 	conn := c.conn.Load()
@@ -76,9 +76,22 @@ func (c *Consumer) inspectQueue(limit time.Duration) (amqp.Queue, bool) {
 			return
 		}
 		defer ch.Close()
-		// Passive: only asks; the queue's arguments are ingest's to declare.
-		q, err := ch.QueueDeclarePassive(c.opts.Topology.Queue, true, false, false, false, nil)
-		done <- result{q, err == nil}
+		// Passive: only asks; the queue's arguments are ingest's to declare. With
+		// partitions: their messages summed, and the fewest consumers any of them has
+		// (a partition nobody consumes is the one to see).
+		var sum amqp.Queue
+		for i, name := range c.opts.Topology.Queues() {
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				done <- result{}
+				return
+			}
+			sum.Messages += q.Messages
+			if i == 0 || q.Consumers < sum.Consumers {
+				sum.Consumers = q.Consumers
+			}
+		}
+		done <- result{sum, true}
 	}()
 	select {
 	case r := <-done:

@@ -17,6 +17,11 @@ type Metrics struct {
 	// ConnectionLosses counts established broker connections that ended other than by
 	// shutdown.
 	ConnectionLosses prometheus.Counter
+	// PartitionsActive is how many partitions this replica took events from in the last
+	// rebalance round (at most its share); PartitionHandovers counts those it handed to
+	// another replica. With one queue neither moves.
+	PartitionsActive   prometheus.Gauge
+	PartitionHandovers prometheus.Counter
 }
 
 // NewMetrics creates the ingest metrics and registers them on reg (nil: not registered).
@@ -49,9 +54,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ConnectionLosses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_ingest_connection_losses_total", Help: "Established broker connections of ingest that were lost (not closed by shutdown).",
 		}),
+		PartitionsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_ingest_partitions_active", Help: "Partitions (rabbitmq.partitions) this replica took events from in the last rebalance round.",
+		}),
+		PartitionHandovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_ingest_partition_handovers_total", Help: "Partitions this replica handed to another replica because it held more than its share.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Consumed, m.Acked, m.Stored, m.Duplicates, m.Unrouted, m.Quarantined, m.DeadLettered, m.StoreErrors, m.ConnectionLosses)
+		reg.MustRegister(m.Consumed, m.Acked, m.Stored, m.Duplicates, m.Unrouted, m.Quarantined, m.DeadLettered, m.StoreErrors, m.ConnectionLosses,
+			m.PartitionsActive, m.PartitionHandovers)
 	}
 	return m
 }

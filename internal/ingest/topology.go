@@ -15,7 +15,36 @@ type Topology struct {
 	RoutingKeys        []string // bound on the exchange
 	QuarantineExchange string   // fanout exchange for messages that fail verification
 	QuarantineQueue    string   // where they wait for an operator
+	// Partitions above 1 replace Queue by that many queues (Queues), each like Queue,
+	// fed by a consistent-hash exchange (HashExchange) on the tenant header: each
+	// tenant's events go to one partition, in order, and the replicas share the
+	// partitions (ReplicasQueue counts them).
+	Partitions int
 }
+
+// TenantHeader is the header partitions hash on: the signed tenant, which routing follows.
+const TenantHeader = "X-Tenant-ID"
+
+// Queues are the queues ingest consumes: Queue, or with partitions Queue.p0 … Queue.p<N-1>.
+func (t Topology) Queues() []string {
+	if t.Partitions <= 1 {
+		return []string{t.Queue}
+	}
+	qs := make([]string, t.Partitions)
+	for i := range qs {
+		qs[i] = fmt.Sprintf("%s.p%d", t.Queue, i)
+	}
+	return qs
+}
+
+// HashExchange is the consistent-hash exchange between the Worker's exchange and the
+// partitions (declared only with partitions).
+func (t Topology) HashExchange() string { return t.Queue + ".hash" }
+
+// ReplicasQueue is the queue every replica holds a consumer on while it consumes the
+// partitions: its consumer count is the number of replicas sharing them. Nothing is
+// published to it.
+func (t Topology) ReplicasQueue() string { return t.Queue + ".replicas" }
 
 // TopologyError says that something the relay declares already exists on the broker with
 // other arguments (RabbitMQ's 406 PRECONDITION_FAILED, "inequivalent arg"). Arguments
@@ -34,6 +63,18 @@ func (e *TopologyError) Error() string {
 	}
 	return fmt.Sprintf("%s %q exists on the broker with other arguments than the relay declares (%s): %s",
 		e.Kind, e.Name, e.Reason, hint)
+}
+
+// PluginError says that the broker has no consistent-hash exchange type, which
+// rabbitmq.partitions needs: an operator enables the plugin, no reconnect can help.
+type PluginError struct {
+	Reason string // the broker's text
+}
+
+func (e *PluginError) Error() string {
+	return "rabbitmq.partitions needs the consistent-hash exchange, which the broker refused (" + e.Reason +
+		"): enable the plugin on every node with `rabbitmq-plugins enable rabbitmq_consistent_hash_exchange` " +
+		"(docs/operator-guide.md, section RabbitMQ)"
 }
 
 // declareErr turns the broker's 406 on a declaration into a TopologyError; other errors pass.
@@ -64,13 +105,17 @@ func (t Topology) declare(ch *amqp.Channel) error {
 		"x-dead-letter-strategy": "at-least-once",
 		"x-overflow":             "reject-publish", // at-least-once requires it
 	}
-	if _, err := ch.QueueDeclare(t.Queue, true, false, false, false, queueArgs); err != nil {
-		return declareErr(err, "queue", t.Queue, true)
-	}
-	for _, key := range t.RoutingKeys {
-		if err := ch.QueueBind(t.Queue, key, t.Exchange, false, nil); err != nil {
-			return fmt.Errorf("bind queue %q to %q for %q: %w", t.Queue, t.Exchange, key, err)
+	if t.Partitions <= 1 {
+		if _, err := ch.QueueDeclare(t.Queue, true, false, false, false, queueArgs); err != nil {
+			return declareErr(err, "queue", t.Queue, true)
 		}
+		for _, key := range t.RoutingKeys {
+			if err := ch.QueueBind(t.Queue, key, t.Exchange, false, nil); err != nil {
+				return fmt.Errorf("bind queue %q to %q for %q: %w", t.Queue, t.Exchange, key, err)
+			}
+		}
+	} else if err := t.declarePartitions(ch, queueArgs); err != nil {
+		return err
 	}
 	if err := ch.ExchangeDeclare(t.QuarantineExchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return declareErr(err, "exchange", t.QuarantineExchange, false)
@@ -80,6 +125,39 @@ func (t Topology) declare(ch *amqp.Channel) error {
 	}
 	if err := ch.QueueBind(t.QuarantineQueue, "", t.QuarantineExchange, false, nil); err != nil {
 		return fmt.Errorf("bind queue %q to %q: %w", t.QuarantineQueue, t.QuarantineExchange, err)
+	}
+	return nil
+}
+
+// declarePartitions declares the consistent-hash exchange, bound to the Worker's exchange
+// with each routing key, and the partition queues bound to it with equal weights.
+func (t Topology) declarePartitions(ch *amqp.Channel, queueArgs amqp.Table) error {
+	hash := t.HashExchange()
+	if err := ch.ExchangeDeclare(hash, "x-consistent-hash", true, false, false, false,
+		amqp.Table{"hash-header": TenantHeader}); err != nil {
+		var amqpErr *amqp.Error
+		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.CommandInvalid {
+			return &PluginError{Reason: amqpErr.Reason}
+		}
+		return declareErr(err, "exchange", hash, false)
+	}
+	for _, key := range t.RoutingKeys {
+		if err := ch.ExchangeBind(hash, key, t.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind exchange %q to %q for %q: %w", hash, t.Exchange, key, err)
+		}
+	}
+	for _, q := range t.Queues() {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, queueArgs); err != nil {
+			return declareErr(err, "queue", q, true)
+		}
+		// The binding key of a consistent-hash exchange is the queue's weight.
+		if err := ch.QueueBind(q, "1", hash, false, nil); err != nil {
+			return fmt.Errorf("bind queue %q to %q: %w", q, hash, err)
+		}
+	}
+	replicas := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	if _, err := ch.QueueDeclare(t.ReplicasQueue(), true, false, false, false, replicas); err != nil {
+		return declareErr(err, "queue", t.ReplicasQueue(), false)
 	}
 	return nil
 }

@@ -19,13 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/mercamap/relay/internal/amqpnodes"
 	"github.com/mercamap/relay/internal/store"
 )
 
 // Options configure a Drainer.
 type Options struct {
-	URL      string // the broker
-	Exchange string // the operator-events exchange (topic, durable; declared on connect)
+	URLs     []string // the broker: one URL per node of the cluster, tried in turn
+	Exchange string   // the operator-events exchange (topic, durable; declared on connect)
 	Store    *store.Store
 	Consumer string // this replica's name in the outboxes' consumer group; unique per process
 	Logger   *slog.Logger
@@ -51,8 +52,9 @@ type Drainer struct {
 	mu       sync.Mutex
 	accounts []string
 
-	conn *amqp.Connection // used by Run's goroutine only
-	ch   *amqp.Channel
+	nodes *amqpnodes.Nodes // used by Run's goroutine only, as are conn and ch
+	conn  *amqp.Connection
+	ch    *amqp.Channel
 }
 
 // ErrNotConfirmed is returned when the broker refused (nacked) an operator event.
@@ -81,7 +83,7 @@ func New(opts Options) *Drainer {
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = 30 * time.Second
 	}
-	return &Drainer{opts: opts, nudge: make(chan struct{}, 1)}
+	return &Drainer{opts: opts, nudge: make(chan struct{}, 1), nodes: amqpnodes.New(opts.URLs)}
 }
 
 // SetAccounts replaces the accounts whose outboxes are drained (from the config; a
@@ -221,10 +223,17 @@ func (d *Drainer) publish(ctx context.Context, e store.OutboxEntry) error {
 
 func (d *Drainer) connect() error {
 	d.reset()
-	conn, err := amqp.DialConfig(d.opts.URL, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Dial:       amqp.DefaultDial(5 * time.Second),
-		Properties: amqp.Table{"connection_name": "relay-operator-events"},
+	// A connection lost with its node makes the next publish connect here again, to the
+	// next node first.
+	var conn *amqp.Connection
+	err := d.nodes.Connect(func(url string) error {
+		var err error
+		conn, err = amqp.DialConfig(url, amqp.Config{
+			Heartbeat:  10 * time.Second,
+			Dial:       amqp.DefaultDial(5 * time.Second),
+			Properties: amqp.Table{"connection_name": "relay-operator-events"},
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err) // dial errors name the host, never the password

@@ -146,7 +146,7 @@ func TestDisableWhileTheBrokerIsDownReachesTheMailerOnceItIsBack(t *testing.T) {
 	exchange := "relay.operator.events"
 	m := newMailer(t, broker.URL(), exchange)
 	metrics := NewMetrics(nil)
-	d := startDrainer(t, Options{URL: broker.URL(), Exchange: exchange, Store: st, Consumer: "replica-a",
+	d := startDrainer(t, Options{URLs: []string{broker.URL()}, Exchange: exchange, Store: st, Consumer: "replica-a",
 		Metrics: metrics, Sweep: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond})
 
 	broker.Stop(t)
@@ -190,7 +190,7 @@ func TestTwoReplicasPublishEachOperatorEventOnce(t *testing.T) {
 	m := newMailer(t, url, exchange)
 	var drainers []*Drainer
 	for _, name := range []string{"replica-a", "replica-b"} {
-		drainers = append(drainers, startDrainer(t, Options{URL: url, Exchange: exchange, Store: st, Consumer: name,
+		drainers = append(drainers, startDrainer(t, Options{URLs: []string{url}, Exchange: exchange, Store: st, Consumer: name,
 			Sweep: 5 * time.Millisecond}))
 	}
 	const n = 40
@@ -226,7 +226,7 @@ func TestAnEventLeftByADeadReplicaIsPublishedByAnother(t *testing.T) {
 	if err != nil || len(held) != 1 {
 		t.Fatalf("take: %v, %v", held, err)
 	}
-	startDrainer(t, Options{URL: url, Exchange: exchange, Store: st, Consumer: "replica-b",
+	startDrainer(t, Options{URLs: []string{url}, Exchange: exchange, Store: st, Consumer: "replica-b",
 		Sweep: 20 * time.Millisecond, Stale: 200 * time.Millisecond})
 	got := drainOnce(t, st, m, 1)
 	if len(got) != 1 || got[0].MessageId != held[0].ID {
@@ -240,5 +240,29 @@ func TestAnEventLeftByADeadReplicaIsPublishedByAnother(t *testing.T) {
 		if c.Name == "dead-replica" {
 			t.Errorf("the dead replica's consumer is still in the outbox's group: %+v", c)
 		}
+	}
+}
+
+func TestOperatorEventIsPublishedThroughTheNextNodeWhenTheFirstIsDown(t *testing.T) {
+	url := testpeer.SharedRabbitMQ(t)
+	st, err := store.Open(testpeer.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	exchange := fmt.Sprintf("relay-test-operator-%d", time.Now().UnixNano())
+	m := newMailer(t, url, exchange)
+	// The first node listed is down (nothing listens on its port); the second is up.
+	down := fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", testpeer.FreePort(t))
+	metrics := NewMetrics(nil)
+	startDrainer(t, Options{URLs: []string{down, url}, Exchange: exchange, Store: st, Consumer: "replica-a",
+		Metrics: metrics, Sweep: 20 * time.Millisecond})
+	disable(t, st, "orders-bus")
+	got := drainOnce(t, st, m, 1)
+	if len(got) != 1 {
+		t.Fatalf("%d copies of the operator event at the mailer, want 1", len(got))
+	}
+	if f := testutil.ToFloat64(metrics.Failed); f != 0 {
+		t.Errorf("%v failed publishes: the drainer did not go on to the live node", f)
 	}
 }

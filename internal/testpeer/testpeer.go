@@ -320,11 +320,14 @@ func (r *Redis) Kill(t testing.TB) {
 	}
 }
 
-// RabbitMQ is a private broker with its own epmd. Its methods are not safe for concurrent use.
+// RabbitMQ is a private broker with its own epmd, or one node of a RabbitCluster (which
+// owns the epmd then). Its methods are not safe for concurrent use.
 type RabbitMQ struct {
 	dir                      string
+	node                     string // Erlang node name, testpeer@localhost unless clustered
 	port, distPort, epmdPort int
-	epmd, proc               *proc
+	ownEpmd                  bool  // false for a cluster's node: the cluster runs the epmd
+	epmd, proc               *proc // epmd is nil for a cluster's node
 }
 
 // StartRabbitMQ starts a private broker (own epmd, own ports, own dirs under t.TempDir())
@@ -333,7 +336,7 @@ func StartRabbitMQ(t testing.TB) *RabbitMQ {
 	t.Helper()
 	Need(t, rabbitServer)
 	Need(t, "epmd")
-	b, err := newRabbitMQ(t.TempDir())
+	b, err := newRabbitMQ(t.TempDir(), "testpeer@localhost", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +372,7 @@ func SharedRabbitMQ(t testing.TB) string {
 			shared.err = err
 			return
 		}
-		b, err := newRabbitMQ(dir)
+		b, err := newRabbitMQ(dir, "testpeer@localhost", 0)
 		if err == nil {
 			err = b.start()
 		}
@@ -398,9 +401,11 @@ func removeStaleSharedDirs(prefix string) {
 	}
 }
 
-// newRabbitMQ picks three distinct free ports and writes the broker's config under dir.
-func newRabbitMQ(dir string) (*RabbitMQ, error) {
-	b := &RabbitMQ{dir: dir}
+// newRabbitMQ picks distinct free ports (epmd's too unless epmdPort is given: a cluster's
+// nodes share one epmd) and writes the broker's config under dir. The consistent-hash
+// exchange plugin is enabled: rabbitmq.partitions uses it.
+func newRabbitMQ(dir, node string, epmdPort int) (*RabbitMQ, error) {
+	b := &RabbitMQ{dir: dir, node: node, epmdPort: epmdPort, ownEpmd: epmdPort == 0}
 	seen := map[int]bool{}
 	for _, p := range []*int{&b.port, &b.distPort, &b.epmdPort} {
 		for *p == 0 || seen[*p] {
@@ -413,7 +418,7 @@ func newRabbitMQ(dir string) (*RabbitMQ, error) {
 	}
 	files := map[string]string{
 		"rabbitmq.conf":     fmt.Sprintf("loopback_users = none\nlisteners.tcp.1 = 127.0.0.1:%d\n", b.port),
-		"enabled_plugins":   "[].\n",
+		"enabled_plugins":   "[rabbitmq_consistent_hash_exchange].\n",
 		"rabbitmq-env.conf": "", // keeps /etc/rabbitmq/rabbitmq-env.conf out
 	}
 	for name, body := range files {
@@ -456,7 +461,8 @@ func (b *RabbitMQ) start() error {
 		return errors.New("testpeer: RabbitMQ.Start: already running")
 	}
 	// Our own epmd first, so we own its pid; the broker would otherwise start an unowned one.
-	if !b.epmd.running() {
+	// A cluster's node has none of its own: the cluster started the shared one.
+	if b.ownEpmd && !b.epmd.running() {
 		logPath := filepath.Join(b.dir, "epmd.log")
 		p, err := startProc(logPath, nil, "epmd", "-address", "127.0.0.1", "-port", strconv.Itoa(b.epmdPort))
 		if err != nil {
@@ -468,10 +474,22 @@ func (b *RabbitMQ) start() error {
 			return err
 		}
 	}
+	outLog := filepath.Join(b.dir, "rabbitmq.out")
+	p, err := startProc(outLog, b.env(), rabbitServer, "-noinput")
+	if err != nil {
+		return err
+	}
+	b.proc = p
+	return waitReady(p, 60*time.Second, 200*time.Millisecond, b.dial,
+		outLog, filepath.Join(b.dir, "log", b.node+".log"))
+}
+
+// env is the broker's environment: its node name, ports and files.
+func (b *RabbitMQ) env() []string {
 	d := b.dir
-	env := append(os.Environ(),
+	return append(os.Environ(),
 		"HOME="+d, // the Erlang cookie lives here
-		"RABBITMQ_NODENAME=testpeer@localhost",
+		"RABBITMQ_NODENAME="+b.node,
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		"RABBITMQ_NODE_PORT="+strconv.Itoa(b.port),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(b.distPort),
@@ -487,14 +505,6 @@ func (b *RabbitMQ) start() error {
 		// shell, so SIGTERM and Pdeathsig reach the broker itself; -noinput keeps it off stdin.
 		"RABBITMQ_ALLOW_INPUT=true",
 	)
-	outLog := filepath.Join(d, "rabbitmq.out")
-	p, err := startProc(outLog, env, rabbitServer, "-noinput")
-	if err != nil {
-		return err
-	}
-	b.proc = p
-	return waitReady(p, 60*time.Second, 200*time.Millisecond, b.dial,
-		outLog, filepath.Join(d, "log", "testpeer@localhost.log"))
 }
 
 // dial opens and closes one AMQP connection.

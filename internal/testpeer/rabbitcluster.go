@@ -1,0 +1,223 @@
+package testpeer
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rabbitCtl is called directly: the /usr/sbin wrapper resets HOME, and so the cookie.
+const rabbitCtl = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+// RabbitCluster is three RabbitMQ nodes on loopback (rc1@localhost…rc3@localhost) joined
+// into one cluster: one epmd, one Erlang cookie, each node with its own ports and dirs.
+// Its methods are not safe for concurrent use.
+type RabbitCluster struct {
+	dir      string
+	epmdPort int
+	epmd     *proc
+	nodes    []*RabbitMQ
+}
+
+var sharedRabbitCluster struct {
+	once sync.Once
+	c    *RabbitCluster
+	err  error
+}
+
+// SharedRabbitCluster starts one 3-node cluster for the whole test binary (lazily, once;
+// ~10 s and ~420 MB) and returns it. Like SharedRabbitMQ it dies with the test binary.
+// Tests that use it must use unique exchange and queue names, and a test that kills a
+// node starts it again before it ends (StartNode), so the next test finds three nodes.
+func SharedRabbitCluster(t testing.TB) *RabbitCluster {
+	t.Helper()
+	Need(t, rabbitServer)
+	Need(t, rabbitCtl)
+	Need(t, "epmd")
+	sharedRabbitCluster.once.Do(func() {
+		removeStaleSharedDirs("testpeer-rabbitcluster")
+		dir, err := os.MkdirTemp("", fmt.Sprintf("testpeer-rabbitcluster-%d-", os.Getpid()))
+		if err != nil {
+			sharedRabbitCluster.err = err
+			return
+		}
+		c := &RabbitCluster{dir: dir}
+		if err := c.start(); err != nil {
+			c.kill()
+			sharedRabbitCluster.err = err
+			return
+		}
+		sharedRabbitCluster.c = c
+	})
+	if sharedRabbitCluster.err != nil {
+		t.Fatalf("testpeer: shared RabbitMQ cluster: %v", sharedRabbitCluster.err)
+	}
+	return sharedRabbitCluster.c
+}
+
+// start runs the epmd and the three nodes at once, then joins rc2 and rc3 to rc1.
+func (c *RabbitCluster) start() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.epmdPort = port
+	logPath := filepath.Join(c.dir, "epmd.log")
+	if c.epmd, err = startProc(logPath, nil, "epmd", "-address", "127.0.0.1", "-port", strconv.Itoa(port)); err != nil {
+		return err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if err := waitReady(c.epmd, 10*time.Second, 20*time.Millisecond, func() error { return dialTCP(addr) }, logPath); err != nil {
+		return err
+	}
+	var cookie [20]byte
+	_, _ = rand.Read(cookie[:])
+	for i := range 3 {
+		node := fmt.Sprintf("rc%d@localhost", i+1)
+		dir := filepath.Join(c.dir, node)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		// One cookie for every node: Erlang nodes only talk to nodes with the same one.
+		if err := os.WriteFile(filepath.Join(dir, ".erlang.cookie"), []byte(hex.EncodeToString(cookie[:])), 0o400); err != nil {
+			return err
+		}
+		b, err := newRabbitMQ(dir, node, port)
+		if err != nil {
+			return err
+		}
+		c.nodes = append(c.nodes, b)
+	}
+	if err := c.parallel(c.nodes, (*RabbitMQ).start); err != nil {
+		return err
+	}
+	// Two joins at once race in mnesia's schema copy: the joins go one after the other,
+	// the stops and starts around them at once.
+	first, joining := c.nodes[0].node, c.nodes[1:]
+	ctl := func(args ...string) func(*RabbitMQ) error {
+		return func(b *RabbitMQ) error { _, err := c.ctl(b, args...); return err }
+	}
+	if err := c.parallel(joining, ctl("stop_app")); err != nil {
+		return err
+	}
+	for _, b := range joining {
+		if err := ctl("join_cluster", first)(b); err != nil {
+			return err
+		}
+	}
+	return c.parallel(joining, ctl("start_app"))
+}
+
+// parallel runs f on each node at once and returns the first error.
+func (c *RabbitCluster) parallel(nodes []*RabbitMQ, f func(*RabbitMQ) error) error {
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, b := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(b) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ctl runs rabbitmqctl against node b with b's environment (its cookie), on a private
+// range of distribution ports.
+func (c *RabbitCluster) ctl(b *RabbitMQ, args ...string) ([]byte, error) {
+	lo, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(rabbitCtl, append([]string{"-n", b.node}, args...)...)
+	cmd.Env = append(b.env(),
+		"RABBITMQ_CTL_DIST_PORT_MIN="+strconv.Itoa(lo),
+		"RABBITMQ_CTL_DIST_PORT_MAX="+strconv.Itoa(lo+10),
+		"RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("rabbitmqctl -n %s %s: %v: %s", b.node, strings.Join(args, " "), err, out.String())
+	}
+	return out.Bytes(), nil
+}
+
+// URLs returns each node's amqp:// URL, rc1's first.
+func (c *RabbitCluster) URLs() []string {
+	urls := make([]string, len(c.nodes))
+	for i, b := range c.nodes {
+		urls[i] = b.URL()
+	}
+	return urls
+}
+
+// Node returns node i's broker (0, 1 or 2).
+func (c *RabbitCluster) Node(i int) *RabbitMQ { return c.nodes[i] }
+
+// Leader returns the index of the node leading quorum queue queue, asking a running node.
+func (c *RabbitCluster) Leader(t testing.TB, queue string) int {
+	t.Helper()
+	for _, b := range c.nodes {
+		if !b.proc.running() {
+			continue
+		}
+		out, err := c.ctl(b, "list_queues", "name", "leader", "--formatter", "json", "--quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []struct{ Name, Leader string }
+		if err := json.Unmarshal(out, &rows); err != nil {
+			t.Fatalf("testpeer: list_queues: %v: %s", err, out)
+		}
+		for _, r := range rows {
+			if r.Name != queue {
+				continue
+			}
+			for i, n := range c.nodes {
+				if n.node == r.Leader {
+					return i
+				}
+			}
+			t.Fatalf("testpeer: queue %s is led by %q, not a node of the cluster", queue, r.Leader)
+		}
+		t.Fatalf("testpeer: no queue %s on the cluster", queue)
+	}
+	t.Fatal("testpeer: no node of the cluster is running")
+	return -1
+}
+
+// KillNode sends SIGKILL to node i's Erlang VM (and its helpers) and waits for the exit.
+func (c *RabbitCluster) KillNode(t testing.TB, i int) {
+	t.Helper()
+	if err := c.nodes[i].proc.signal(syscall.SIGKILL, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StartNode starts node i again; it rejoins the cluster it remembers.
+func (c *RabbitCluster) StartNode(t testing.TB, i int) {
+	t.Helper()
+	if err := c.nodes[i].start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kill ends every node and the epmd with SIGKILL.
+func (c *RabbitCluster) kill() {
+	for _, b := range c.nodes {
+		b.proc.signal(syscall.SIGKILL, 10*time.Second)
+	}
+	c.epmd.signal(syscall.SIGKILL, 10*time.Second)
+}
