@@ -323,24 +323,34 @@ func TestReplicaKilledMidStreamHandsItsDestinationOver(t *testing.T) {
 }
 
 // TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce: the replica that holds
-// the destination's lease has a write under way (held at the bus) when the other
-// replica answers a pause. The answer says a write was in flight; that write ends, and
-// no other write starts, though events wait behind it.
+// the destination's lease has a write under way (held at the bus), with eight more
+// events in the batch behind it, when the other replica answers a pause. The answer
+// says a write was in flight; that write ends, and no other write starts.
 func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 	rs := startReplicas(t, 2)
-	rs.publish(0, 3, 16)
-	waitUntil(t, 30*time.Second, "the first deliveries", func() bool { return len(rs.bus.Entries()) >= 3 })
-	rs.bus.Hold()
-	t.Cleanup(rs.bus.Release)
-	rs.publish(3, 10, 16)
-	waitUntil(t, 30*time.Second, "a write held at the bus", func() bool { return rs.bus.Waiting() == 1 })
-
 	st, err := store.Open(rs.redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	lease, err := st.Client().Get(context.Background(), "relay:{acct_1}:lease:orders-bus").Result()
+	rdb := st.Client()
+	ctx := context.Background()
+
+	// Every event is in the log before the second write starts, so the worker holds the
+	// rest in the batch it is writing when the pause comes.
+	rs.bus.Hold()
+	t.Cleanup(rs.bus.Release)
+	rs.publish(0, 10, 16)
+	waitUntil(t, 30*time.Second, "all ten events in the account's log", func() bool {
+		return rdb.XLen(ctx, "relay:{acct_1}:log").Val() == 10
+	})
+	waitUntil(t, 30*time.Second, "the first write held at the bus", func() bool { return rs.bus.Waiting() == 1 })
+	rs.bus.LetWaiting()
+	waitUntil(t, 30*time.Second, "the second write held at the bus", func() bool {
+		return rs.bus.Waiting() == 1 && rs.bus.Requests() == 2
+	})
+
+	lease, err := rdb.Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,9 +359,7 @@ func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 	if holder < 0 {
 		t.Fatalf("lease holder %q is neither replica", lease)
 	}
-	other := 1 - holder
-	before := rs.bus.Requests()
-	a := httpDo(t, "POST", rs.apis[other]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
+	a := httpDo(t, "POST", rs.apis[1-holder]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
 	var card struct {
 		Status        string `json:"status"`
 		WriteInFlight *bool  `json:"write_in_flight"`
@@ -364,14 +372,30 @@ func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 	}
 
 	rs.bus.LetWaiting() // the write in flight ends; any later one would be held, and counted
-	waitUntil(t, 30*time.Second, "the lease holder refusing its next write", func() bool {
-		return strings.Contains(rs.logs[holder].String(), `"msg":"write not started: the destination changed"`)
+	waitUntil(t, 30*time.Second, "the write in flight committed", func() bool {
+		h, err := rdb.HMGet(ctx, "relay:{acct_1}:dest:orders-bus", "writing", "attempts").Result()
+		return err == nil && h[0] == nil && h[1] == "2"
 	})
-	if n := rs.bus.Requests(); n != before {
-		t.Fatalf("%d writes started after the pause was answered, want none", n-before)
+	// The worker's next step: the next event of its batch refused by the fence, or its
+	// next pass finding the destination paused, or (on a busy machine) the lease moved
+	// meanwhile and its fencing token refused.
+	waitUntil(t, 30*time.Second, "the lease holder's next step", func() bool {
+		for _, logs := range rs.logs {
+			l := logs.String()
+			if strings.Contains(l, `"msg":"write not started: the destination changed"`) ||
+				strings.Contains(l, `"msg":"deliveries stopped: the destination is not active"`) ||
+				strings.Contains(l, `"msg":"lease superseded; another replica delivers now"`) ||
+				strings.Contains(l, `"msg":"lease lost"`) {
+				return true
+			}
+		}
+		return false
+	})
+	if n := rs.bus.Requests(); n != 2 {
+		t.Fatalf("%d writes started after the pause was answered, want none", n-2)
 	}
-	if n := len(rs.bus.Entries()); n != 4 {
-		t.Fatalf("%d events on the bus, want 4: the 3 before and the one in flight at the pause", n)
+	if n := len(rs.bus.Entries()); n != 2 {
+		t.Fatalf("%d events on the bus, want 2: the first and the one in flight at the pause", n)
 	}
 }
 

@@ -30,6 +30,7 @@ type worker struct {
 	holding  bool          // the worker holds one of the dispatcher's pass slots
 	retrying string        // the log id of the message in not-taken backoff, if any
 	backoff  time.Duration // its next backoff
+	status   string        // the status the last pass found ("" before the first)
 }
 
 // hold takes a pass slot, waiting for one; false when ctx ended first.
@@ -151,8 +152,13 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 		return true, nil
 	}
 	if st.Status != store.Active {
+		if w.status == store.Active {
+			log.Info("deliveries stopped: the destination is not active", "status", st.Status)
+		}
+		w.status = st.Status
 		return true, nil
 	}
+	w.status = st.Status
 	dest := w.dest
 	dest.ExternalID = st.ExternalID
 	entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
