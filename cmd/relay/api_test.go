@@ -156,7 +156,7 @@ func httpDo(t *testing.T, method, url, token string) httpAnswer {
 // TestServeReloadsTokensOnSIGHUPAndEndsStreamsOnSIGTERM runs the relay binary: its API
 // answers, a SIGHUP that removes a token revokes it (403) and admits the new one, a
 // SIGHUP with a broken file keeps the running config, and SIGTERM ends an open
-// subscription and the process cleanly.
+// subscription and the process cleanly; restarted, the revoked token is still 403.
 func TestServeReloadsTokensOnSIGHUPAndEndsStreamsOnSIGTERM(t *testing.T) {
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	bin := buildRelay(t)
@@ -276,5 +276,26 @@ destinations:
 	}
 	if !strings.Contains(logs.String(), `"msg":"config reloaded"`) {
 		t.Errorf("the reload was not logged:\n%s", logs)
+	}
+
+	// Restarted with tokens B and C only, the relay still knows token A was revoked:
+	// 403 ACCESS_REVOKED, not 401 as for a token never configured.
+	writeCfg("    - {scope: admin, token: env:TOKEN_B}\n    - {scope: \"account:acct_1\", token: env:TOKEN_C}")
+	restarted := exec.Command(bin, "serve", "--config", path)
+	restarted.Env = cmd.Env
+	restartLogs := &syncBuffer{}
+	restarted.Stderr = restartLogs
+	if err := restarted.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = restarted.Process.Kill() })
+	waitUntil(t, 60*time.Second, "the restarted relay's API", func() bool {
+		return httpDo(t, "GET", base+"/v1/connectors", tokenB).status == 200
+	})
+	if a := httpDo(t, "GET", base+"/v1/connectors", tokenA); a.status != 403 || !strings.Contains(a.body, "ACCESS_REVOKED") {
+		t.Errorf("token A after a restart: %d %s, want 403 ACCESS_REVOKED", a.status, a.body)
+	}
+	if a := httpDo(t, "GET", base+"/v1/connectors", "token-never-configured"); a.status != 401 {
+		t.Errorf("a token never configured after a restart: %d %s, want 401", a.status, a.body)
 	}
 }

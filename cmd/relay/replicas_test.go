@@ -44,6 +44,9 @@ type replicaSet struct {
 	confirmed, unknown []string // event ids in the order the broker confirmed them; ids never confirmed
 }
 
+// replicasAdminToken is the admin token of every replica of a replicaSet.
+const replicasAdminToken = "replicas-admin-token-0123456789"
+
 func startReplicas(t *testing.T, n int) *replicaSet {
 	t.Helper()
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
@@ -56,7 +59,7 @@ func startReplicas(t *testing.T, n int) *replicaSet {
 	rs.key, _ = hex.DecodeString(testKeyHex)
 	const roleARN = "arn:aws:iam::111122223333:role/relay-delivery"
 	awsEnv := []string{"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
-		"TEST_HMAC_KEY=" + testKeyHex}
+		"TEST_HMAC_KEY=" + testKeyHex, "TEST_ADMIN_TOKEN=" + replicasAdminToken}
 	_, rs.ch = brokerChannel(t, amqpURL, rs.queue)
 	for range n {
 		listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
@@ -68,7 +71,7 @@ identity:
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: "%s"}
+api: {listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}]}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
@@ -317,6 +320,83 @@ func TestReplicaKilledMidStreamHandsItsDestinationOver(t *testing.T) {
 		t.Fatalf("%d of %d publishes confirmed", len(confirmed), total)
 	}
 	rs.checkArrivals(confirmed)
+}
+
+// TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce: the replica that holds
+// the destination's lease has a write under way (held at the bus), with eight more
+// events in the batch behind it, when the other replica answers a pause. The answer
+// says a write was in flight; that write ends, and no other write starts.
+func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
+	rs := startReplicas(t, 2)
+	st, err := store.Open(rs.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rdb := st.Client()
+	ctx := context.Background()
+
+	// Every event is in the log before the second write starts, so the worker holds the
+	// rest in the batch it is writing when the pause comes.
+	rs.bus.Hold()
+	t.Cleanup(rs.bus.Release)
+	rs.publish(0, 10, 16)
+	waitUntil(t, 30*time.Second, "all ten events in the account's log", func() bool {
+		return rdb.XLen(ctx, "relay:{acct_1}:log").Val() == 10
+	})
+	waitUntil(t, 30*time.Second, "the first write held at the bus", func() bool { return rs.bus.Waiting() == 1 })
+	rs.bus.LetWaiting()
+	waitUntil(t, 30*time.Second, "the second write held at the bus", func() bool {
+		return rs.bus.Waiting() == 1 && rs.bus.Requests() == 2
+	})
+
+	lease, err := rdb.Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := leasePID(t, lease)
+	holder := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
+	if holder < 0 {
+		t.Fatalf("lease holder %q is neither replica", lease)
+	}
+	a := httpDo(t, "POST", rs.apis[1-holder]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
+	var card struct {
+		Status        string `json:"status"`
+		WriteInFlight *bool  `json:"write_in_flight"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &card); err != nil || a.status != 200 {
+		t.Fatalf("pause on the other replica: %d %s", a.status, a.body)
+	}
+	if card.Status != "paused" || card.WriteInFlight == nil || !*card.WriteInFlight {
+		t.Fatalf("pause answered %s, want paused with write_in_flight true (the holder's write was held at the bus)", a.body)
+	}
+
+	rs.bus.LetWaiting() // the write in flight ends; any later one would be held, and counted
+	waitUntil(t, 30*time.Second, "the write in flight committed", func() bool {
+		h, err := rdb.HMGet(ctx, "relay:{acct_1}:dest:orders-bus", "writing", "attempts").Result()
+		return err == nil && h[0] == nil && h[1] == "2"
+	})
+	// The worker's next step: the next event of its batch refused by the fence, or its
+	// next pass finding the destination paused, or (on a busy machine) the lease moved
+	// meanwhile and its fencing token refused.
+	waitUntil(t, 30*time.Second, "the lease holder's next step", func() bool {
+		for _, logs := range rs.logs {
+			l := logs.String()
+			if strings.Contains(l, `"msg":"write not started: the destination changed"`) ||
+				strings.Contains(l, `"msg":"deliveries stopped: the destination is not active"`) ||
+				strings.Contains(l, `"msg":"lease superseded; another replica delivers now"`) ||
+				strings.Contains(l, `"msg":"lease lost"`) {
+				return true
+			}
+		}
+		return false
+	})
+	if n := rs.bus.Requests(); n != 2 {
+		t.Fatalf("%d writes started after the pause was answered, want none", n-2)
+	}
+	if n := len(rs.bus.Entries()); n != 2 {
+		t.Fatalf("%d events on the bus, want 2: the first and the one in flight at the pause", n)
+	}
 }
 
 // leasePID reads the process id out of a lease value "<host>-<pid>-<rand>|<token>".

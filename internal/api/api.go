@@ -16,6 +16,7 @@ import (
 
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
@@ -26,9 +27,11 @@ import (
 type Destinations interface {
 	Destinations() []destination.Destination
 	Destination(id string) (destination.Destination, bool)
-	Pause(ctx context.Context, id string) error
-	Activate(ctx context.Context, id string) error
-	Disable(ctx context.Context, id, reason string) ([]string, error)
+	// Pause and Activate: operator is true for an admin token. An account may not
+	// change what our operators disabled (dispatch.ErrOperatorDisabled).
+	Pause(ctx context.Context, id string, operator bool) (dispatch.Change, error)
+	Activate(ctx context.Context, id string, operator bool) (dispatch.Change, error)
+	Disable(ctx context.Context, id, reason string) (dispatch.Disabled, error)
 	Test(ctx context.Context, id string) (failures.Outcome, error)
 }
 
@@ -76,7 +79,7 @@ func New(opts Options) *Server {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.NewRegistry()
 	}
-	s := &Server{opts: opts, log: opts.Logger, tokens: newTokens(), subs: map[*subscription]struct{}{},
+	s := &Server{opts: opts, log: opts.Logger, tokens: newTokens(opts.Store, opts.Logger), subs: map[*subscription]struct{}{},
 		perToken: map[[32]byte]int{}, perAccount: map[string]int{}, httpLimits: httpLimitsOf(opts.Config), shed: func() {}}
 	if opts.Registerer != nil {
 		shed := prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_api_connections_shed_total",

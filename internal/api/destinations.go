@@ -108,18 +108,51 @@ func (s *Server) activate(w http.ResponseWriter, r *http.Request, p principal) {
 	s.changeStatus(w, r, p, "activated", s.opts.Destinations.Activate)
 }
 
+// changedCard is the answer to a pause or an activation: the card after the change,
+// and whether a write begun before it was still in flight (it may still land; none
+// starts after the answer, on any replica).
+type changedCard struct {
+	stream.Card
+	WriteInFlight bool `json:"write_in_flight"`
+}
+
 // changeStatus applies a pause or an activation and answers with the card after it.
-func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principal, done string, change func(context.Context, string) error) {
+// An account token gets 403 FORBIDDEN, with the reason, for a destination our
+// operators disabled.
+func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principal, done string,
+	change func(context.Context, string, bool) (dispatch.Change, error)) {
 	d, ok := s.lookup(w, r, p)
 	if !ok {
 		return
 	}
-	if err := change(r.Context(), d.ID); err != nil {
+	res, err := change(r.Context(), d.ID, p.admin)
+	if errors.Is(err, dispatch.ErrOperatorDisabled) {
+		s.forbidOperatorDisabled(w, r, d)
+		return
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("destination "+done+" through the api", "destination", d.ID, "admin", p.admin)
-	s.writeCard(w, r, d)
+	s.log.Info("destination "+done+" through the api", "destination", d.ID, "admin", p.admin,
+		"write_in_flight", res.WriteInFlight)
+	card, err := s.opts.Streams.Card(r.Context(), d)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, changedCard{Card: card, WriteInFlight: res.WriteInFlight})
+}
+
+// forbidOperatorDisabled answers 403 FORBIDDEN for d, disabled by our operators, with
+// when and why (the card says the same under "disabled").
+func (s *Server) forbidOperatorDisabled(w http.ResponseWriter, r *http.Request, d destination.Destination) {
+	msg := "our operators disabled this destination; only they can re-activate it: contact support"
+	if card, err := s.opts.Streams.Card(r.Context(), d); err == nil && card.Disabled != nil {
+		msg = fmt.Sprintf("our operators disabled this destination on %s (%s); only they can re-activate it: contact support",
+			card.Disabled.At.UTC().Format(time.RFC3339), card.Disabled.Reason)
+	}
+	writeError(w, errForbidden(msg))
 }
 
 func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
@@ -151,9 +184,8 @@ func (s *Server) disable(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	if !p.admin {
 		// Disabling cascades over the account's other destinations in the same cloud
-		// account or project: an operator's call. The contract has one 403 code, so an
-		// account token gets ACCESS_REVOKED here — on its own destination only.
-		writeError(w, errRevoked("disabling a destination takes an admin token; pause it instead"))
+		// account or project: an operator's call, not one this scope may take.
+		writeError(w, errForbidden("disabling a destination takes an admin token; pause it instead"))
 		return
 	}
 	var body struct {
@@ -166,16 +198,16 @@ func (s *Server) disable(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, errInvalid(`the body must be JSON like {"reason":"…"} or empty`))
 		return
 	}
-	ids, err := s.opts.Destinations.Disable(r.Context(), d.ID, body.Reason)
+	res, err := s.opts.Destinations.Disable(r.Context(), d.ID, body.Reason)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("destination disabled through the api", "destination", d.ID, "disabled", ids)
-	if ids == nil {
-		ids = []string{}
-	}
-	writeJSON(w, http.StatusOK, map[string][]string{"disabled": ids})
+	s.log.Info("destination disabled through the api", "destination", d.ID, "disabled", res.IDs,
+		"writes_in_flight", res.InFlight)
+	// writes_in_flight: those of them with a write begun before the disable, which may
+	// still land; none starts after this answer, on any replica.
+	writeJSON(w, http.StatusOK, map[string][]string{"disabled": nonNil(res.IDs), "writes_in_flight": nonNil(res.InFlight)})
 }
 
 func (s *Server) attempts(w http.ResponseWriter, r *http.Request, p principal) {
@@ -235,4 +267,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		s.internal(w, r, err)
 	}
+}
+
+func nonNil(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
 }

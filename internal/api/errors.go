@@ -11,6 +11,7 @@ import (
 const (
 	CodeUnauthenticated = "UNAUTHENTICATED"  // 401
 	CodeAccessRevoked   = "ACCESS_REVOKED"   // 403
+	CodeForbidden       = "FORBIDDEN"        // 403: an action this scope may not take
 	CodeNotFound        = "NOT_FOUND"        // 404
 	CodeInvalidArgument = "INVALID_ARGUMENT" // 400
 	CodeCursorExpired   = "CURSOR_EXPIRED"   // 410
@@ -34,6 +35,9 @@ func errUnauthenticated(msg string) *apiError {
 }
 func errRevoked(msg string) *apiError {
 	return &apiError{status: http.StatusForbidden, code: CodeAccessRevoked, message: msg}
+}
+func errForbidden(msg string) *apiError {
+	return &apiError{status: http.StatusForbidden, code: CodeForbidden, message: msg}
 }
 func errNotFound(msg string) *apiError {
 	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: msg}

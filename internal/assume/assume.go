@@ -102,6 +102,36 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	return creds, nil
 }
 
+// Forget drops d's cached session, if it is still the one the write that failed was
+// signed with (accessKeyID): the bus answered ExpiredToken or AccessDenied for it, so
+// the next write takes a fresh session, preceded by the probe, instead of reusing it.
+// A session a concurrent caller made since is kept.
+func (a *Assumer) Forget(d destination.Destination, accessKeyID string) {
+	a.mu.Lock()
+	c := a.sessions[d.ID]
+	a.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.creds.AccessKeyID == accessKeyID {
+		c.key, c.creds = "", aws.Credentials{}
+	}
+}
+
+// SessionRefused reports whether a bus's answer to a write means the session it was
+// signed with is no good any more (expired, or its permissions gone): the session is
+// to be dropped (Forget), whatever the outcome is classified as.
+func SessionRefused(code string) bool {
+	switch code {
+	case "ExpiredToken", "ExpiredTokenException", "AccessDenied", "AccessDeniedException",
+		"UnrecognizedClientException", "InvalidClientTokenId":
+		return true
+	}
+	return false
+}
+
 // oneAttempt turns the SDK's retries off for one call: a throttle must reach our
 // accounting, and dispatch does the retrying.
 func oneAttempt(o *sts.Options) { o.Retryer = aws.NopRetryer{} }

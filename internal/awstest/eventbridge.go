@@ -22,6 +22,8 @@ type EventBridge struct {
 	requests int
 	sts      *STS
 	fail     queue[ebFailure]
+	hold     chan struct{} // non-nil: each PutEvents waits until it is closed
+	waiting  int           // PutEvents calls waiting on hold now
 }
 
 // Entry is one PutEvents entry the bus took.
@@ -77,6 +79,43 @@ func (e *EventBridge) AnswerNext(n int, body string) {
 	e.fail.push(n, ebFailure{body: &body})
 }
 
+// Hold makes every PutEvents call from now on wait, counted but not answered, until
+// LetWaiting or Release: a write in flight for as long as a test needs.
+func (e *EventBridge) Hold() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hold == nil {
+		e.hold = make(chan struct{})
+	}
+}
+
+// LetWaiting lets the calls waiting now go on; later ones still wait.
+func (e *EventBridge) LetWaiting() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hold != nil {
+		close(e.hold)
+		e.hold = make(chan struct{})
+	}
+}
+
+// Release lets every waiting call go on and stops holding.
+func (e *EventBridge) Release() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hold != nil {
+		close(e.hold)
+		e.hold = nil
+	}
+}
+
+// Waiting counts the PutEvents calls held now.
+func (e *EventBridge) Waiting() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.waiting
+}
+
 // Entries returns the entries taken so far, in order.
 func (e *EventBridge) Entries() []Entry {
 	e.mu.Lock()
@@ -101,8 +140,20 @@ func (e *EventBridge) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	e.requests++
-	sts := e.sts
+	sts, hold := e.sts, e.hold
+	if hold != nil {
+		e.waiting++
+	}
 	e.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+		e.mu.Lock()
+		e.waiting--
+		e.mu.Unlock()
+	}
 
 	var in struct {
 		Entries []struct {

@@ -11,37 +11,64 @@ import (
 	"github.com/mercamap/relay/internal/store"
 )
 
+// Change is what a pause, activation or disable found.
+type Change struct {
+	// WriteInFlight: a write to the destination had started (on any replica) and was
+	// not committed yet. It may still reach the bus; no write starts after the change.
+	WriteInFlight bool
+}
+
+// Disabled is what Disable did.
+type Disabled struct {
+	IDs      []string // the destinations disabled, the cascade included
+	InFlight []string // those of them with a write in flight (see Change)
+}
+
+// ErrOperatorDisabled is returned when an account asks to pause or activate a
+// destination our operators disabled.
+var ErrOperatorDisabled = store.ErrOperatorDisabled
+
 // Pause stops deliveries to a destination: nothing is sent or counted until it is
-// activated, and no notification goes out.
-func (d *Dispatcher) Pause(ctx context.Context, id string) error {
-	return d.setStatus(ctx, id, store.Paused, "paused by an operator")
+// activated, and no notification goes out. operator is true for an admin token; an
+// account may not pause (nor activate) what an operator disabled.
+func (d *Dispatcher) Pause(ctx context.Context, id string, operator bool) (Change, error) {
+	return d.setStatus(ctx, id, store.Paused, operator)
 }
 
 // Activate resumes a paused or disabled destination with the events that arrive from
-// now on, and resets its count.
-func (d *Dispatcher) Activate(ctx context.Context, id string) error {
-	return d.setStatus(ctx, id, store.Active, "")
+// now on, and resets its count. A destination our operators disabled is re-activated
+// by an operator only (ErrOperatorDisabled); one the rejections disabled, by its account.
+func (d *Dispatcher) Activate(ctx context.Context, id string, operator bool) (Change, error) {
+	return d.setStatus(ctx, id, store.Active, operator)
 }
 
-func (d *Dispatcher) setStatus(ctx context.Context, id, status, reason string) error {
+func (d *Dispatcher) setStatus(ctx context.Context, id, status string, operator bool) (Change, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
-		return ErrNotFound
+		return Change{}, ErrNotFound
 	}
-	_, err := d.opts.Store.SetStatus(ctx, ref(dest), status, reason, d.opts.Delivery.ChannelRetention)
-	if err == nil {
-		d.notify(dest.Account) // an idle worker looks at its status again now
+	res, err := d.opts.Store.ChangeStatus(ctx, store.StatusChange{Ref: ref(dest), Status: status, Operator: operator,
+		WriteWindow: writeWindow, ChannelRetention: d.opts.Delivery.ChannelRetention})
+	if err != nil {
+		return Change{}, err
 	}
-	return err
+	d.notify(dest.Account) // an idle worker looks at its status again now
+	return Change{WriteInFlight: res.WriteInFlight}, nil
 }
+
+// writeWindow is how long a begun write counts as in flight: the send timeout, and a
+// margin for the commit after it.
+const writeWindow = sendTimeout + 5*time.Second
 
 // Disable switches a destination off on an operator's word, and with it the account's
 // other destinations in the same AWS account or Google Cloud project. It returns the
-// ids it disabled, the cascade included.
-func (d *Dispatcher) Disable(ctx context.Context, id, reason string) ([]string, error) {
+// ids it disabled, the cascade included, and those with a write in flight. Only an
+// operator re-activates them.
+func (d *Dispatcher) Disable(ctx context.Context, id, reason string) (Disabled, error) {
+	var out Disabled
 	dest, ok := d.Destination(id)
 	if !ok {
-		return nil, ErrNotFound
+		return out, ErrNotFound
 	}
 	if reason == "" {
 		reason = "disabled by an operator"
@@ -54,22 +81,26 @@ func (d *Dispatcher) Disable(ctx context.Context, id, reason string) ([]string, 
 			}
 		}
 	}
-	var ids []string
 	for _, t := range targets {
 		r := reason
 		if t.ID != dest.ID {
 			r = fmt.Sprintf("%s (with %s: same %s)", reason, dest.ID, dest.CloudScope())
 		}
-		changed, err := d.opts.Store.SetStatus(ctx, ref(t), store.Disabled, r, d.opts.Delivery.ChannelRetention)
+		res, err := d.opts.Store.ChangeStatus(ctx, store.StatusChange{Ref: ref(t), Status: store.Disabled, Reason: r,
+			Operator: true, WriteWindow: writeWindow, ChannelRetention: d.opts.Delivery.ChannelRetention})
 		if err != nil {
-			return ids, fmt.Errorf("disable %s: %w", t.ID, err)
+			return out, fmt.Errorf("disable %s: %w", t.ID, err)
 		}
-		ids = append(ids, t.ID)
-		if changed {
+		out.IDs = append(out.IDs, t.ID)
+		if res.WriteInFlight {
+			out.InFlight = append(out.InFlight, t.ID)
+		}
+		if res.Changed {
 			d.announceDisabled(ctx, t)
 		}
 	}
-	return ids, nil
+	d.notify(dest.Account)
+	return out, nil
 }
 
 // Test writes a clearly marked test event through the whole path (probe, session or

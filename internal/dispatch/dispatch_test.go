@@ -313,11 +313,11 @@ func TestPausedDestinationGetsNothingAndResumesWithNewEvents(t *testing.T) {
 	waitFor(t, "first delivery", func() bool { return len(sink.got("orders")) == 1 })
 
 	ctx := context.Background()
-	if err := r.d.Pause(ctx, "orders"); err != nil {
+	if _, err := r.d.Pause(ctx, "orders", true); err != nil {
 		t.Fatal(err)
 	}
 	whilePaused := r.publish("job.completed", "job.failed")
-	if err := r.d.Activate(ctx, "orders"); err != nil {
+	if _, err := r.d.Activate(ctx, "orders", true); err != nil {
 		t.Fatal(err)
 	}
 	after := r.publish("job.completed")
@@ -340,10 +340,11 @@ func TestOperatorDisableCascadesWithinTheSameCloudAccount(t *testing.T) {
 	stream := destination.Destination{ID: "stream", Account: acct, Connector: destination.Kinesis,
 		StreamARN: "arn:aws:kinesis:us-east-1:111122223333:stream/orders", RoleARN: "arn:aws:iam::111122223333:role/relay"}
 	r := newRig(t, sink, bus("orders", "111122223333"), stream, other)
-	ids, err := r.d.Disable(context.Background(), "orders", "customer asked")
+	res, err := r.d.Disable(context.Background(), "orders", "customer asked")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := res.IDs
 	slices.Sort(ids)
 	if !slices.Equal(ids, []string{"orders", "stream"}) {
 		t.Fatalf("disabled %v, want orders and stream (same AWS account)", ids)
@@ -642,11 +643,11 @@ func TestPausingAWaitingMessageEndsItsRetriesAndActivationDoesNotResendIt(t *tes
 	}
 	waitFor(t, "the message retried", func() bool { return attempts() >= 3 })
 	ctx := context.Background()
-	if err := r.d.Pause(ctx, "orders"); err != nil {
+	if _, err := r.d.Pause(ctx, "orders", true); err != nil {
 		t.Fatal(err)
 	}
 	atPause := attempts()
-	if err := r.d.Activate(ctx, "orders"); err != nil {
+	if _, err := r.d.Activate(ctx, "orders", true); err != nil {
 		t.Fatal(err)
 	}
 	later := r.publish("job.completed")

@@ -30,6 +30,7 @@ type worker struct {
 	holding  bool          // the worker holds one of the dispatcher's pass slots
 	retrying string        // the log id of the message in not-taken backoff, if any
 	backoff  time.Duration // its next backoff
+	status   string        // the status the last pass found ("" before the first)
 }
 
 // hold takes a pass slot, waiting for one; false when ctx ended first.
@@ -151,8 +152,13 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 		return true, nil
 	}
 	if st.Status != store.Active {
+		if w.status == store.Active {
+			log.Info("deliveries stopped: the destination is not active", "status", st.Status)
+		}
+		w.status = st.Status
 		return true, nil
 	}
+	w.status = st.Status
 	dest := w.dest
 	dest.ExternalID = st.ExternalID
 	entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
@@ -197,8 +203,8 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 // destination's later events behind it until a later pass retries it. The commit of an
 // ended message runs while the next message is written, so the bus's round trip, not
 // ours, sets the pace; commits stay in order, and a crash re-sends at most the last two
-// messages. The price: a pause or disable stored during a write is seen one write
-// later, so at most one more write may start after it.
+// messages. Each write starts with begin, one Redis step that checks the status: a
+// pause or disable stored during a write lets that write finish, and none after it.
 func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
 	cfg := w.d.opts.Delivery
 	msg := w.d.message(dest, e)
@@ -214,6 +220,9 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 			MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
 		return err
 	}
+	if err := w.begin(ctx, e); err != nil {
+		return err
+	}
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	started := time.Now()
 	endSpan := w.d.startWrite(dest, e)
@@ -224,7 +233,7 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
 	w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
 		"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)
-	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message}
+	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message, Wrote: e.ID}
 	if outcome.Class != failures.NotTaken {
 		c.Cursor = e.ID
 	}
@@ -252,6 +261,26 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	wait := w.backoff
 	w.backoff = min(2*wait, cfg.NotTakenBackoff.Max)
 	return notTaken{pause: wait/2 + rand.N(wait/2+1)}
+}
+
+// begin marks the write of e as started, in one Redis step with the check that the
+// destination is still active (and e still past its cursor): a pause or disable the
+// API answered is seen here, on whichever replica holds the lease, and no write starts.
+// errStop when it must not start; ErrStaleLease when the lease is another's.
+func (w *worker) begin(ctx context.Context, e store.LogEntry) error {
+	res, err := w.d.opts.Store.BeginWrite(context.WithoutCancel(ctx), ref(w.dest), w.token, e.ID)
+	switch {
+	case errors.Is(err, store.ErrStaleLease), errors.Is(err, store.ErrUnknownDestination):
+		return store.ErrStaleLease
+	case err != nil:
+		w.d.opts.Logger.Warn("cannot mark a write as started; the pass ends", "destination", w.dest.ID, "error", err)
+		return errStop
+	case res != "ok":
+		w.d.opts.Logger.Info("write not started: the destination changed", "destination", w.dest.ID,
+			"event_id", e.EventID, "status", res)
+		return errStop
+	}
+	return nil
 }
 
 // commitAsync commits c in the background, after the commit before it.

@@ -29,6 +29,9 @@ type Commit struct {
 	MessageID string
 	Message   string // the sentence the card shows
 	Test      bool   // a send-a-test attempt
+	// Wrote is the log id whose write (begun with BeginWrite) this commit ends: its
+	// in-flight mark is cleared. "" for a commit that ends no write.
+	Wrote string
 
 	DisableAfter      int
 	ChannelRetention  time.Duration
@@ -73,9 +76,14 @@ local event_id, message_id, message = ARGV[4], ARGV[5], ARGV[6]
 local now_ms, iso = tonumber(ARGV[7]), ARGV[8]
 local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local dest_id, is_test = ARGV[12], ARGV[13] == '1'
-local acct, connector, notice_id = ARGV[14], ARGV[15], ARGV[16]
+local acct, connector, notice_id, wrote = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
 if token ~= '0' and redis.call('HGET', KEYS[1], 'lease_token') ~= token then
   return redis.error_reply('STALE lease token superseded')
+end
+if wrote ~= '' then
+  -- This write ended; a later write's mark (begun before this commit ran) stays.
+  local w = redis.call('HGET', KEYS[1], 'writing')
+  if w and string.sub(w, 1, #wrote + 1) == wrote .. '|' then redis.call('HDEL', KEYS[1], 'writing') end
 end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
@@ -123,7 +131,7 @@ local seq = emit_both(etype, now_ms, cutoff, fields)
 local disabled = 0
 if kind == 'rejected' and failures >= disable_after and status == 'active' then
   local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
-  redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = reason}))
+  redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = reason, by = 'rejections'}))
   announce_disabled(KEYS[7], notice_id, acct, dest_id, connector, iso, reason)
   status = 'disabled'
   disabled = 1
@@ -151,7 +159,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
-		c.Account, c.Connector, noticeID,
+		c.Account, c.Connector, noticeID, c.Wrote,
 	).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):

@@ -55,6 +55,18 @@ local function announce_disabled(outbox, id, acct, dest_id, connector, iso, reas
   redis.call('XADD', outbox, '*', 'id', id, 'type', 'destination.disabled', 'body', body)
 end
 
+-- disabled_by says who disabled the destination (destkey): 'operator' or 'rejections'.
+-- One disabled before the field existed is the rejections' when its reason is theirs.
+local function disabled_by(destkey)
+  local d = dec(redis.call('HGET', destkey, 'disabled'))
+  if d == cjson.null then return '' end
+  if type(d.by) == 'string' and d.by ~= '' then return d.by end
+  if type(d.reason) == 'string' and string.match(d.reason, '^disabled after %d+ rejected attempts in a row') then
+    return 'rejections'
+  end
+  return 'operator'
+end
+
 -- id_after reports whether stream id a comes after b.
 local function id_after(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -32,11 +33,21 @@ type Delivery struct {
 	EventID string    `json:"event_id"`
 }
 
-// DisabledInfo says when and why a destination was disabled.
+// DisabledInfo says when and why a destination was disabled, and by whom.
 type DisabledInfo struct {
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason"`
+	// By is DisabledByOperator (our team, with an admin token: only an admin token
+	// re-activates it) or DisabledByRejections (the rejections in a row: the customer's
+	// to re-activate).
+	By string `json:"by"`
 }
+
+// Who disabled a destination.
+const (
+	DisabledByOperator   = "operator"
+	DisabledByRejections = "rejections"
+)
 
 // State is a destination's stored state.
 type State struct {
@@ -91,8 +102,18 @@ func stateFrom(h map[string]string) State {
 	unmarshalIf(h["last_failure"], &st.LastFailure)
 	unmarshalIf(h["last_delivery"], &st.LastDelivery)
 	unmarshalIf(h["disabled"], &st.Disabled)
+	if st.Disabled != nil && st.Disabled.By == "" {
+		st.Disabled.By = DisabledByOperator // stored before "by" was: see disabledBy in luaPrelude
+		if rejectionsReason.MatchString(st.Disabled.Reason) {
+			st.Disabled.By = DisabledByRejections
+		}
+	}
 	return st
 }
+
+// rejectionsReason is the reason Commit writes when the rejections disable a
+// destination; it tells who disabled one stored before DisabledInfo.By existed.
+var rejectionsReason = regexp.MustCompile(`^disabled after [0-9]+ rejected attempts in a row`)
 
 func unmarshalIf[T any](s string, dst **T) {
 	if s == "" {
@@ -136,9 +157,25 @@ func (s *Store) Ensure(ctx context.Context, r Ref, externalID, fingerprint strin
 
 var statusScript = redis.NewScript(luaPrelude + `
 local want, now_ms, cutoff, iso = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local operator, write_window = ARGV[10] == '1', tonumber(ARGV[11])
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
-if status == want then return {0, tonumber(redis.call('GET', KEYS[3]) or '0')} end
+-- Our operators' disable sticks: only an operator (an admin token) changes it.
+if status == 'disabled' and not operator and disabled_by(KEYS[1]) == 'operator' then
+  return redis.error_reply('FORBIDDEN disabled by an operator')
+end
+-- The write a worker started (begin_write) and has not committed: it may still land.
+-- Every write starts through begin_write, which refuses a destination not active, so
+-- after this script no new write starts, on any replica.
+local in_flight = 0
+local w = redis.call('HGET', KEYS[1], 'writing')
+if w then
+  local started = tonumber(string.match(w, '|(%d+)$'))
+  if started and now_ms - started < write_window then in_flight = 1 end
+end
+if status == want and not (want == 'disabled' and operator and disabled_by(KEYS[1]) ~= 'operator') then
+  return {0, tonumber(redis.call('GET', KEYS[3]) or '0'), in_flight}
+end
 local etype
 if want == 'paused' then
   redis.call('HSET', KEYS[1], 'status', 'paused')
@@ -151,36 +188,117 @@ elseif want == 'active' then
   redis.call('HDEL', KEYS[1], 'disabled')
   etype = 'destination.activated'
 else
-  redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = ARGV[5]}))
+  -- An operator's disable of a destination the rejections disabled makes it theirs.
+  redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = ARGV[5], by = 'operator'}))
   announce_disabled(KEYS[7], ARGV[9], ARGV[7], ARGV[6], ARGV[8], iso, ARGV[5])
   etype = 'destination.disabled'
 end
-return {1, emit_both(etype, now_ms, cutoff, {destination = ARGV[6], reason = ARGV[5]})}
+return {1, emit_both(etype, now_ms, cutoff, {destination = ARGV[6], reason = ARGV[5]}), in_flight}
 `)
 
-// SetStatus pauses, activates or disables a destination and appends the matching
+// ErrOperatorDisabled is returned when an account asks to pause or activate a
+// destination our operators disabled: only an operator (an admin token) may.
+var ErrOperatorDisabled = errors.New("disabled by an operator: only an admin token changes its status")
+
+// StatusChange asks for a destination's status to change.
+type StatusChange struct {
+	Ref
+	Status   string // Active, Paused or Disabled (Disabled: always an operator's)
+	Reason   string // a disable's reason
+	Operator bool   // asked with an admin token; false: by the destination's account
+	// WriteWindow is how long after begin_write a write not yet committed still counts
+	// as in flight (the longest a write may take); 0: DefaultWriteWindow.
+	WriteWindow      time.Duration
+	ChannelRetention time.Duration
+}
+
+// DefaultWriteWindow is the longest a write may take (dispatch's send timeout) plus a
+// margin: a mark older than that was left by a replica that died mid-write.
+const DefaultWriteWindow = 35 * time.Second
+
+// StatusResult is what a status change did.
+type StatusResult struct {
+	Changed bool // false when the destination already had that status
+	// WriteInFlight: a worker had started a write for the destination and not yet
+	// committed it. That write may still reach the bus; no other starts after the change.
+	WriteInFlight bool
+}
+
+// SetStatus changes a destination's status as an operator; see ChangeStatus.
+func (s *Store) SetStatus(ctx context.Context, r Ref, status, reason string, channelRetention time.Duration) (changed bool, err error) {
+	res, err := s.ChangeStatus(ctx, StatusChange{Ref: r, Status: status, Reason: reason, Operator: true, ChannelRetention: channelRetention})
+	return res.Changed, err
+}
+
+// ChangeStatus pauses, activates or disables a destination and appends the matching
 // channel event. Activating resets the count and moves the cursor to the end of the log.
 // Disabling also writes destination.disabled to the account's outbox, in the same script.
-// changed is false when the destination already had that status.
-func (s *Store) SetStatus(ctx context.Context, r Ref, status, reason string, channelRetention time.Duration) (changed bool, err error) {
-	if status != Active && status != Paused && status != Disabled {
-		return false, fmt.Errorf("unknown status %q", status)
+// A destination an operator disabled answers ErrOperatorDisabled to an account. The
+// change and the in-flight check are one step with BeginWrite's: once it returns, no
+// write starts for the destination on any replica until it is active again.
+func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult, error) {
+	if c.Status != Active && c.Status != Paused && c.Status != Disabled {
+		return StatusResult{}, fmt.Errorf("unknown status %q", c.Status)
+	}
+	if c.WriteWindow <= 0 {
+		c.WriteWindow = DefaultWriteWindow
 	}
 	now := time.Now()
 	noticeID := ""
-	if status == Disabled {
+	if c.Status == Disabled {
 		noticeID = newNoticeID()
 	}
+	operator := "0"
+	if c.Operator {
+		operator = "1"
+	}
+	r := c.Ref
 	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account))
-	res, err := statusScript.Run(ctx, s.rdb, keys, status, now.UnixMilli(), now.Add(-channelRetention).UnixMilli(),
-		now.UTC().Format(time.RFC3339Nano), boundText(reason), r.ID, r.Account, r.Connector, noticeID).Int64Slice()
-	if redis.HasErrorPrefix(err, "UNKNOWN") {
-		return false, ErrUnknownDestination
+	res, err := statusScript.Run(ctx, s.rdb, keys, c.Status, now.UnixMilli(), now.Add(-c.ChannelRetention).UnixMilli(),
+		now.UTC().Format(time.RFC3339Nano), boundText(c.Reason), r.ID, r.Account, r.Connector, noticeID, operator,
+		c.WriteWindow.Milliseconds()).Int64Slice()
+	switch {
+	case redis.HasErrorPrefix(err, "UNKNOWN"):
+		return StatusResult{}, ErrUnknownDestination
+	case redis.HasErrorPrefix(err, "FORBIDDEN"):
+		return StatusResult{}, ErrOperatorDisabled
+	case err != nil:
+		return StatusResult{}, err
 	}
-	if err != nil {
-		return false, err
+	return StatusResult{Changed: res[0] == 1, WriteInFlight: res[2] == 1}, nil
+}
+
+var beginScript = redis.NewScript(luaPrelude + `
+local token, entry, now_ms = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('HGET', KEYS[1], 'lease_token') ~= token then
+  return redis.error_reply('STALE lease token superseded')
+end
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
+if status ~= 'active' then return status end
+-- An activation meanwhile moved the cursor past this entry: it is not to be sent.
+if not id_after(entry, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then return 'skipped' end
+redis.call('HSET', KEYS[1], 'writing', entry .. '|' .. now_ms)
+return 'ok'
+`)
+
+// BeginWrite marks that the lease holder (token) starts writing log entry to the
+// destination, if the destination is active and the entry is still past its cursor:
+// the same step as ChangeStatus's check, so a pause or disable is either seen here
+// (no write starts) or sees this write as in flight. It returns "ok", or the reason
+// the write must not start: the status ("paused", "disabled") or "skipped" (an
+// activation moved the cursor past entry); ErrStaleLease when token is not the lease's.
+// The commit of the write clears the mark (Commit.Wrote).
+func (s *Store) BeginWrite(ctx context.Context, r Ref, token int64, entry string) (string, error) {
+	res, err := beginScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID)},
+		strconv.FormatInt(token, 10), entry, time.Now().UnixMilli()).Text()
+	switch {
+	case redis.HasErrorPrefix(err, "STALE"):
+		return "", ErrStaleLease
+	case redis.HasErrorPrefix(err, "UNKNOWN"):
+		return "", ErrUnknownDestination
 	}
-	return res[0] == 1, nil
+	return res, err
 }
 
 var emitScript = redis.NewScript(luaPrelude + `

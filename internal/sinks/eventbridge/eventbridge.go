@@ -95,15 +95,22 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 		Entries: []types.PutEventsRequestEntry{entry},
 	})
 	if err != nil {
-		return fmt.Errorf("eventbridge PutEvents to %s: %w", d.BusARN, err)
+		err = fmt.Errorf("eventbridge PutEvents to %s: %w", d.BusARN, err)
+	} else {
+		// A 200 is not a delivery by itself: only one entry with an EventId is.
+		entries := make([]failures.PutEventsEntry, len(out.Entries))
+		for i, x := range out.Entries {
+			entries[i] = failures.PutEventsEntry{EventID: aws.ToString(x.EventId),
+				ErrorCode: aws.ToString(x.ErrorCode), ErrorMessage: aws.ToString(x.ErrorMessage)}
+		}
+		err = failures.PutEventsAnswer(out.FailedEntryCount, entries)
 	}
-	// A 200 is not a delivery by itself: only one entry with an EventId is.
-	entries := make([]failures.PutEventsEntry, len(out.Entries))
-	for i, x := range out.Entries {
-		entries[i] = failures.PutEventsEntry{EventID: aws.ToString(x.EventId),
-			ErrorCode: aws.ToString(x.ErrorCode), ErrorMessage: aws.ToString(x.ErrorMessage)}
+	if err != nil && assume.SessionRefused(failures.Code(err)) {
+		// The bus refused this session (expired, or its permissions gone): the next
+		// attempt takes a fresh, probed one.
+		s.assumer.Forget(d, creds.AccessKeyID)
 	}
-	return failures.PutEventsAnswer(out.FailedEntryCount, entries)
+	return err
 }
 
 // Check runs the probe and a new session now, for "send a test": the whole path,

@@ -312,3 +312,42 @@ func TestRoleTrustingAnyRelayExternalIDIsRejectedAndNothingIsWritten(t *testing.
 		}
 	}
 }
+
+// TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshProbedOne: the bus
+// answers ExpiredToken (our session ran out early) or AccessDenied (its permissions
+// changed) for the cached session: the next write does not reuse it, it runs the probe
+// and takes a new session, and is signed with that one.
+func TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshProbedOne(t *testing.T) {
+	for _, refusal := range []struct {
+		name  string
+		fail  func(e env)
+		class failures.Class
+	}{
+		{"ExpiredTokenException", func(e env) {
+			e.bus.FailNext(1, awstest.Failure{Status: 400, Code: "ExpiredTokenException", Message: "The security token included in the request is expired"})
+		}, failures.NotTaken},
+		{"AccessDeniedException", func(e env) { e.bus.FailNext(1, awstest.AccessDeniedException) }, failures.Rejected},
+		{"entry AccessDeniedException", func(e env) { e.bus.FailEntries(1, "AccessDeniedException", "not authorized") }, failures.Rejected},
+	} {
+		t.Run(refusal.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			if err := e.send(t, sinktest.Message(e.dest, 0)); err != nil {
+				t.Fatal(err)
+			}
+			refusal.fail(e)
+			if got := failures.Classify(e.send(t, sinktest.Message(e.dest, 1))).Class; got != refusal.class {
+				t.Fatalf("refused write classified %s, want %s", got, refusal.class)
+			}
+			if err := e.send(t, sinktest.Message(e.dest, 2)); err != nil {
+				t.Fatal(err)
+			}
+			reqs, entries := e.sts.Requests(), e.read(t, 2)
+			if len(reqs) != 4 || reqs[2].Granted || reqs[2].ExternalID == extID || !reqs[3].Granted {
+				t.Fatalf("after the refusal STS saw %d calls %+v, want a refused probe then a new session", len(reqs), reqs)
+			}
+			if entries[1].AccessKeyID != reqs[3].AccessKeyID || entries[1].AccessKeyID == entries[0].AccessKeyID {
+				t.Fatalf("the write after the refusal was signed with %s, want the new session %s", entries[1].AccessKeyID, reqs[3].AccessKeyID)
+			}
+		})
+	}
+}

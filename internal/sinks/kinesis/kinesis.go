@@ -122,6 +122,9 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 	}
 	out, err := s.clients.For(d.ID, stream.Region, creds).PutRecord(ctx, in)
 	if err != nil {
+		if assume.SessionRefused(failures.Code(err)) {
+			s.assumer.Forget(d, creds.AccessKeyID) // the next attempt takes a fresh, probed session
+		}
 		return fmt.Errorf("kinesis PutRecord to %s: %w", d.StreamARN, err)
 	}
 	s.setLastSequence(chain, aws.ToString(out.SequenceNumber))
