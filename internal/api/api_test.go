@@ -718,16 +718,16 @@ func TestMetricsShowQueueDepthAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testi
 	}
 }
 
-// probeTimeout is the shipped readiness probe's timeoutSeconds (deploy/kubernetes).
+// probeTimeout is the shipped readiness probe's timeoutSeconds (the Helm chart's values).
 func probeTimeout(t *testing.T) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile("../../deploy/kubernetes/deployment.yaml")
+	b, err := os.ReadFile("../../deploy/helm/relay/values.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`readinessProbe:[^\n]*\n(?:[ \t]+[^\n]*\n)*?[ \t]+timeoutSeconds:[ \t]*(\d+)`).FindSubmatch(b)
+	m := regexp.MustCompile(`readiness:[^\n]*\n(?:[ \t]+[^\n]*\n)*?[ \t]+timeoutSeconds:[ \t]*(\d+)`).FindSubmatch(b)
 	if m == nil {
-		t.Fatal("deployment.yaml has no readinessProbe timeoutSeconds")
+		t.Fatal("values.yaml has no probes.readiness.timeoutSeconds")
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return time.Duration(n) * time.Second

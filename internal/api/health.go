@@ -10,7 +10,7 @@ import (
 )
 
 // ReadyTimeout is the longest /readyz waits for Redis to answer PING: well under the
-// shipped readiness probe's timeout (deploy/kubernetes: 3 s), so the probe always gets
+// shipped readiness probe's timeout (the Helm chart: 3 s), so the probe always gets
 // an answer, whatever Redis does.
 const ReadyTimeout = time.Second
 
