@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -191,15 +190,8 @@ destinations:
 		}
 	}
 	writeCfg("    - {scope: admin, token: env:TOKEN_A}\n    - {scope: \"account:acct_1\", token: env:TOKEN_C}")
-	cmd := exec.Command(bin, "serve", "--config", path)
-	cmd.Env = append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex, "TOKEN_A="+tokenA, "TOKEN_B="+tokenB, "TOKEN_C="+tokenC,
-		"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	tokenEnv := []string{"TOKEN_A=" + tokenA, "TOKEN_B=" + tokenB, "TOKEN_C=" + tokenC}
+	cmd, logs := startRelay(t, bin, path, tokenEnv...)
 	conn, _ := brokerChannel(t, amqpURL, queue)
 
 	waitUntil(t, 60*time.Second, "/readyz 200 (broker, redis, config)", func() bool {
@@ -281,14 +273,7 @@ destinations:
 	// Restarted with tokens B and C only, the relay still knows token A was revoked:
 	// 403 ACCESS_REVOKED, not 401 as for a token never configured.
 	writeCfg("    - {scope: admin, token: env:TOKEN_B}\n    - {scope: \"account:acct_1\", token: env:TOKEN_C}")
-	restarted := exec.Command(bin, "serve", "--config", path)
-	restarted.Env = cmd.Env
-	restartLogs := &syncBuffer{}
-	restarted.Stderr = restartLogs
-	if err := restarted.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = restarted.Process.Kill() })
+	startRelay(t, bin, path, tokenEnv...)
 	waitUntil(t, 60*time.Second, "the restarted relay's API", func() bool {
 		return httpDo(t, "GET", base+"/v1/connectors", tokenB).status == 200
 	})

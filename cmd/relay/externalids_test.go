@@ -87,15 +87,7 @@ destinations:
 	writeCfg(testPin)
 	start := func() (*exec.Cmd, *syncBuffer) {
 		t.Helper()
-		cmd := exec.Command(bin, "serve", "--config", path)
-		cmd.Env = append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex, "TEST_EXT_SECRET="+testExtSecret, "TEST_ADMIN_TOKEN="+adminToken,
-			"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
-		logs := &syncBuffer{}
-		cmd.Stderr = logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		cmd, logs := startRelay(t, bin, path, "TEST_EXT_SECRET="+testExtSecret, "TEST_ADMIN_TOKEN="+adminToken)
 		waitUntil(t, 60*time.Second, "/readyz 200", func() bool { return httpDo(t, "GET", base+"/readyz", "").status == 200 })
 		return cmd, logs
 	}

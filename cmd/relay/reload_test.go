@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -95,15 +94,7 @@ destinations:
 	}
 	write(oneAccount)
 
-	cmd := exec.Command(bin, "serve", "--config", path)
-	cmd.Env = append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex,
-		"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, logs := startRelay(t, bin, path)
 	conn, ch := brokerChannel(t, amqpURL, queue)
 	waitConsumers(t, conn, queue, 1)
 	if err := ch.Confirm(false); err != nil {

@@ -58,8 +58,6 @@ func startReplicas(t *testing.T, n int) *replicaSet {
 		redisURL: redisURL, bus: bus, killed: map[int]bool{}}
 	rs.key, _ = hex.DecodeString(testKeyHex)
 	const roleARN = "arn:aws:iam::111122223333:role/relay-delivery"
-	awsEnv := []string{"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
-		"TEST_HMAC_KEY=" + testKeyHex, "TEST_ADMIN_TOKEN=" + replicasAdminToken}
 	_, rs.ch = brokerChannel(t, amqpURL, rs.queue)
 	for range n {
 		listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
@@ -89,14 +87,7 @@ destinations:
 `, amqpURL, rs.exchange, rs.queue, redisURL, listen, sts.URL, bus.URL, roleARN)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "serve", "--config", cfg)
-		cmd.Env = append(os.Environ(), awsEnv...)
-		logs := &syncBuffer{}
-		cmd.Stderr = logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken)
 		rs.procs, rs.apis, rs.logs = append(rs.procs, cmd), append(rs.apis, "http://"+listen), append(rs.logs, logs)
 	}
 

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -49,14 +48,7 @@ accounts: [{id: acct_1, tenants: [single-tenant]}]
 		}
 	}
 	writeCfg(tokenFile)
-	cmd := exec.Command(bin, "serve", "--config", path)
-	cmd.Env = append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex)
-	logs := &syncBuffer{} // read while the relay writes
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, logs := startRelay(t, bin, path)
 	waitUntil(t, 60*time.Second, "the API to answer the token from the file", func() bool {
 		return httpDo(t, "GET", base+"/v1/connectors", token).status == 200
 	})

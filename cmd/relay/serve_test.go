@@ -58,17 +58,21 @@ accounts:
 	return path
 }
 
-func startRelay(t *testing.T, bin, cfg string, extraEnv ...string) (*exec.Cmd, *strings.Builder) {
+// startRelay starts `relay serve --config cfg` with the test's signing key and static AWS
+// credentials for the cloud test servers (plus extraEnv), its stderr in the returned
+// buffer; the process is killed when the test ends.
+func startRelay(t *testing.T, bin, cfg string, extraEnv ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--config", cfg)
-	cmd.Env = append(append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex), extraEnv...)
-	var logs strings.Builder
-	cmd.Stderr = &logs
+	cmd.Env = append(append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex,
+		"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true"), extraEnv...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return cmd, &logs
+	return cmd, logs
 }
 
 func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
