@@ -67,11 +67,7 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 
 // sharedCluster is the cluster SharedRedisCluster starts, once per test binary. Like
 // the shared broker, it dies with the test binary through Pdeathsig.
-var sharedCluster struct {
-	once sync.Once
-	c    *RedisCluster
-	err  error
-}
+var sharedCluster sharedPeer[*RedisCluster]
 
 // SharedRedisCluster starts one Redis Cluster for the whole test binary (lazily, once)
 // and returns it emptied (FLUSHALL on every master), so each test starts from nothing.
@@ -81,25 +77,17 @@ func SharedRedisCluster(t testing.TB) *RedisCluster {
 	t.Helper()
 	Need(t, "redis-server")
 	Need(t, "redis-cli")
-	sharedCluster.once.Do(func() {
-		removeStaleSharedDirs("testpeer-rediscluster")
-		dir, err := os.MkdirTemp("", fmt.Sprintf("testpeer-rediscluster-%d-", os.Getpid()))
-		if err != nil {
-			sharedCluster.err = err
-			return
-		}
+	c, err := sharedCluster.get("testpeer-rediscluster", func(dir string) (*RedisCluster, error) {
 		c := &RedisCluster{dir: dir}
 		if err := c.start(); err != nil {
 			c.kill()
-			sharedCluster.err = err
-			return
+			return nil, err
 		}
-		sharedCluster.c = c
+		return c, nil
 	})
-	if sharedCluster.err != nil {
-		t.Fatalf("testpeer: shared Redis Cluster: %v", sharedCluster.err)
+	if err != nil {
+		t.Fatalf("testpeer: shared Redis Cluster: %v", err)
 	}
-	c := sharedCluster.c
 	cl := c.Client()
 	defer cl.Close()
 	ctx := context.Background()

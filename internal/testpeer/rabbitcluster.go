@@ -32,11 +32,7 @@ type RabbitCluster struct {
 	nodes    []*RabbitMQ
 }
 
-var sharedRabbitCluster struct {
-	once sync.Once
-	c    *RabbitCluster
-	err  error
-}
+var sharedRabbitCluster sharedPeer[*RabbitCluster]
 
 // SharedRabbitCluster starts one 3-node cluster for the whole test binary (lazily, once;
 // ~10 s and ~420 MB) and returns it. Like SharedRabbitMQ it dies with the test binary.
@@ -47,25 +43,18 @@ func SharedRabbitCluster(t testing.TB) *RabbitCluster {
 	Need(t, rabbitServer)
 	Need(t, rabbitCtl)
 	Need(t, "epmd")
-	sharedRabbitCluster.once.Do(func() {
-		removeStaleSharedDirs("testpeer-rabbitcluster")
-		dir, err := os.MkdirTemp("", fmt.Sprintf("testpeer-rabbitcluster-%d-", os.Getpid()))
-		if err != nil {
-			sharedRabbitCluster.err = err
-			return
-		}
+	c, err := sharedRabbitCluster.get("testpeer-rabbitcluster", func(dir string) (*RabbitCluster, error) {
 		c := &RabbitCluster{dir: dir}
 		if err := c.start(); err != nil {
 			c.kill()
-			sharedRabbitCluster.err = err
-			return
+			return nil, err
 		}
-		sharedRabbitCluster.c = c
+		return c, nil
 	})
-	if sharedRabbitCluster.err != nil {
-		t.Fatalf("testpeer: shared RabbitMQ cluster: %v", sharedRabbitCluster.err)
+	if err != nil {
+		t.Fatalf("testpeer: shared RabbitMQ cluster: %v", err)
 	}
-	return sharedRabbitCluster.c
+	return c
 }
 
 // start runs the epmd and the three nodes at once, then joins rc2 and rc3 to rc1.

@@ -347,15 +347,32 @@ func StartRabbitMQ(t testing.TB) *RabbitMQ {
 	return b
 }
 
-// shared is the broker SharedRabbitMQ starts, once per test binary, when RELAY_TEST_AMQP_URL
-// is unset. No test's Cleanup can stop it, since it serves tests that end after the first:
-// it dies with the test binary through Pdeathsig. Its directory in os.TempDir() (~300 KB) is
-// removed by the next test binary that starts a shared broker.
-var shared struct {
+// sharedPeer is a peer started once per test binary, for all its tests. No test's Cleanup
+// can stop it, since it serves tests that end after the first: it dies with the test
+// binary through Pdeathsig. Its directory in os.TempDir() (prefix-<pid>-…) is removed by
+// the next test binary that starts one with the same prefix.
+type sharedPeer[T any] struct {
 	once sync.Once
-	url  string
+	v    T
 	err  error
 }
+
+// get starts the peer on the first call (start gets a fresh directory) and returns it.
+func (s *sharedPeer[T]) get(prefix string, start func(dir string) (T, error)) (T, error) {
+	s.once.Do(func() {
+		removeStaleSharedDirs(prefix)
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s-%d-", prefix, os.Getpid()))
+		if err != nil {
+			s.err = err
+			return
+		}
+		s.v, s.err = start(dir)
+	})
+	return s.v, s.err
+}
+
+// shared is the broker SharedRabbitMQ starts when RELAY_TEST_AMQP_URL is unset.
+var shared sharedPeer[string]
 
 // SharedRabbitMQ returns RELAY_TEST_AMQP_URL when set, else starts one broker for the whole test binary (lazily, once) and returns its URL. Tests that use it must use unique exchange/queue names.
 func SharedRabbitMQ(t testing.TB) string {
@@ -365,28 +382,21 @@ func SharedRabbitMQ(t testing.TB) string {
 	}
 	Need(t, rabbitServer)
 	Need(t, "epmd")
-	shared.once.Do(func() {
-		removeStaleSharedDirs("testpeer-rabbitmq")
-		dir, err := os.MkdirTemp("", fmt.Sprintf("testpeer-rabbitmq-%d-", os.Getpid()))
-		if err != nil {
-			shared.err = err
-			return
-		}
+	url, err := shared.get("testpeer-rabbitmq", func(dir string) (string, error) {
 		b, err := newRabbitMQ(dir, "testpeer@localhost", 0)
 		if err == nil {
 			err = b.start()
 		}
 		if err != nil {
 			b.kill()
-			shared.err = err
-			return
+			return "", err
 		}
-		shared.url = b.URL()
+		return b.URL(), nil
 	})
-	if shared.err != nil {
-		t.Fatalf("testpeer: shared RabbitMQ: %v", shared.err)
+	if err != nil {
+		t.Fatalf("testpeer: shared RabbitMQ: %v", err)
 	}
-	return shared.url
+	return url
 }
 
 // removeStaleSharedDirs deletes the directories of shared peers (named prefix-pid-…)
