@@ -281,7 +281,7 @@ destinations:
 	for i := range r.dests {
 		sts.RequireExternalID(fmt.Sprintf(role, idx, i), ext[i].Val())
 	}
-	pub := &publisher{url: amqpURL, exchange: exchange}
+	pub := &publisher{urls: []string{amqpURL}, exchange: exchange}
 	defer pub.close()
 	// Warm-up: one event, until every destination has it (leases taken, sessions assumed).
 	warm := sizedEvent(exchange, key, 0, r.size)
