@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/testpeer"
 )
@@ -98,5 +104,60 @@ func (p *clusterPeers) killRabbitLeader(queue string, back time.Duration, note f
 		leader = p.rabbit.Name(j)
 	}
 	note("RabbitMQ node %s started again after %.1f s; %s is led by %s", p.rabbit.Name(i), time.Since(t1).Seconds(), queue, leader)
+	return nil
+}
+
+// runRedisCluster starts a private Redis Cluster (3 masters + 3 replicas, internal/testpeer)
+// for scripts/bench.sh, writes shell export lines to -env once it is ready, and holds it
+// until SIGTERM or SIGINT:
+//
+//	BENCH_CLUSTER_REDIS_URL      redis://node?addr=node…
+//	BENCH_CLUSTER_REDIS_MASTERS  master-PORT=pid,… (benchingest -peer-pids)
+func runRedisCluster(ctx context.Context, args []string) error {
+	var dir, envPath string
+	fs := flag.NewFlagSet("redis-cluster", flag.ContinueOnError)
+	fs.StringVar(&dir, "dir", "", "directory for the nodes' files")
+	fs.StringVar(&envPath, "env", "", "file the export lines are written to")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if dir == "" || envPath == "" {
+		return errors.New("redis-cluster: -dir and -env are required")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	c, err := testpeer.NewRedisCluster(dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	masters, err := c.Masters()
+	if err != nil {
+		return err
+	}
+	var pids []string
+	for _, addr := range masters {
+		m := redis.NewClient(&redis.Options{Addr: addr})
+		info, err := m.Info(ctx, "server").Result()
+		m.Close()
+		if err != nil {
+			return err
+		}
+		pid := ""
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+				pid = v
+			}
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		pids = append(pids, "master-"+port+"="+pid)
+	}
+	env := fmt.Sprintf("export BENCH_CLUSTER_REDIS_URL='%s'\nexport BENCH_CLUSTER_REDIS_MASTERS='%s'\n", c.URL(), strings.Join(pids, ","))
+	if err := os.WriteFile(envPath, []byte(env), 0o644); err != nil {
+		return err
+	}
+	logf("Redis Cluster ready: %s", c.URL())
+	<-ctx.Done()
 	return nil
 }
