@@ -133,6 +133,8 @@ type benchResult struct {
 	startup              time.Duration
 	bare                 *bareResult // one-destination rows: the same load without the relay
 	redisCPU             []masterCPU // per Redis master, from publish to the last delivery
+	idleFor              time.Duration
+	idleCPU              []masterCPU // per Redis master, over idleFor after the warm-up, nothing published
 	err                  string
 }
 
@@ -151,7 +153,7 @@ type bareResult struct {
 
 func runBench(ctx context.Context, args []string) error {
 	var relayBin, stateDir, amqpURL, redisURL, runsFlag, clusterURL, clusterRuns string
-	var bareFor time.Duration
+	var bareFor, idleFor time.Duration
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&relayBin, "relay", "", "relay binary")
 	fs.StringVar(&stateDir, "state", "", "directory for configs and logs")
@@ -162,6 +164,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&bareFor, "bare", 5*time.Second, "bare PutEvents loop duration")
 	fs.StringVar(&clusterURL, "cluster-redis", "", "Redis Cluster URL (redis://node?addr=node…, 127.0.0.1) for the -cluster-runs rows; FLUSHALL on every master before each")
 	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0", "rows run on -cluster-redis after the others, as -runs")
+	fs.DurationVar(&idleFor, "idle", 5*time.Second, "per row, how long Redis CPU is read with nothing published, after the warm-up")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -241,9 +244,9 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		var res benchResult
 		if r.cluster {
-			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, clusterURL, stsURL, busURL, role, key, bus, sts, cluster)
+			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, clusterURL, stsURL, busURL, role, key, bus, sts, cluster, idleFor)
 		} else {
-			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role, key, bus, sts, rdb)
+			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role, key, bus, sts, rdb, idleFor)
 		}
 		res.bare = bare
 		if res.err != "" {
@@ -258,7 +261,7 @@ func runBench(ctx context.Context, args []string) error {
 }
 
 func benchOne(ctx context.Context, r benchRun, idx int, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role string,
-	key []byte, bus *stampedBus, sts *awstest.STS, rdb redis.UniversalClient) (res benchResult) {
+	key []byte, bus *stampedBus, sts *awstest.STS, rdb redis.UniversalClient, idleFor time.Duration) (res benchResult) {
 	res.benchRun = r
 	if err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() }); err != nil {
 		res.err = err.Error()
@@ -270,7 +273,7 @@ func benchOne(ctx context.Context, r benchRun, idx int, relayBin, stateDir, amqp
   name: mercamap
   aws_principal_arn: arn:aws:iam::999999999999:role/relay-delivery
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 256}
-redis: {url: %s}
+redis: {url: %q}
 signature: {keys: [env:BENCH_HMAC_KEY]}
 api: {listen: "127.0.0.1:0"}
 aws:
@@ -338,10 +341,23 @@ destinations:
 	for i := range evs {
 		evs[i] = sizedEvent(exchange, key, i+1, r.size)
 	}
+	// What the destinations cost Redis with nothing to deliver (leases renewed, logs
+	// watched): a window of idleFor before the load.
+	idle0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		res.err = "INFO cpu: " + err.Error()
+		return
+	}
+	idleStart := time.Now()
+	sleepUntil(ctx, idleStart.Add(idleFor))
 	cpu0, err := redisCPU(ctx, rdb)
 	if err != nil {
 		res.err = "INFO cpu: " + err.Error()
 		return
+	}
+	res.idleFor = time.Since(idleStart)
+	for _, addr := range slices.Sorted(maps.Keys(cpu0)) {
+		res.idleCPU = append(res.idleCPU, masterCPU{addr, cpu0[addr] - idle0[addr]})
 	}
 	start := time.Now()
 	publishAt(ctx, pub, evs, r.rate)

@@ -94,8 +94,8 @@ func (r benchResult) redisKind() string {
 // account's keys share one slot, so its whole cost lands on one master.
 func redisCPUReport(b *strings.Builder, results []benchResult) {
 	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| destinations\t events\t publish rate\t Redis\t master\t Redis CPU (INFO cpu)\t µs per event\t µs per delivery\t")
-	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---:\t ---:\t ---:\t")
+	fmt.Fprintln(tw, "| destinations\t events\t publish rate\t Redis\t master\t Redis CPU (INFO cpu)\t µs per event\t µs per delivery\t idle: CPU share\t idle: µs per destination per second\t")
+	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t")
 	rows := 0
 	for _, r := range results {
 		if r.err != "" {
@@ -105,17 +105,24 @@ func redisCPUReport(b *strings.Builder, results []benchResult) {
 		if r.rate > 0 {
 			rate = fmt.Sprintf("%d/s", r.rate)
 		}
-		for _, m := range r.redisCPU {
+		for i, m := range r.redisCPU {
 			us := float64(m.cpu.Microseconds())
-			fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %s\t %.1f\t %.2f\t\n", r.dests, r.events, rate, r.redisKind(), m.addr,
-				m.cpu.Round(time.Millisecond), us/float64(r.events), us/float64(r.dests*r.events))
+			idleShare, idlePerDest := "–", "–"
+			if i < len(r.idleCPU) && r.idleFor > 0 {
+				c := r.idleCPU[i].cpu.Seconds()
+				idleShare = fmt.Sprintf("%.1f%%", 100*c/r.idleFor.Seconds())
+				idlePerDest = fmt.Sprintf("%.2f", 1e6*c/r.idleFor.Seconds()/float64(r.dests))
+			}
+			fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %s\t %.1f\t %.2f\t %s\t %s\t\n", r.dests, r.events, rate, r.redisKind(), m.addr,
+				m.cpu.Round(time.Millisecond), us/float64(r.events), us/float64(r.dests*r.events), idleShare, idlePerDest)
 			rows++
 		}
 	}
 	if rows == 0 {
 		return
 	}
-	fmt.Fprintln(b, "Redis CPU of each master over each row's timed phase (first publish to last delivery), from INFO cpu (used_cpu_user + used_cpu_sys) read before and after:")
+	fmt.Fprintln(b, "Redis CPU of each master over each row's timed phase (first publish to last delivery), from INFO cpu (used_cpu_user + used_cpu_sys) read before and after; "+
+		"idle: the same over a window after the warm-up with nothing published (leases renewed, logs watched), as a share of one core and per destination:")
 	fmt.Fprintln(b)
 	tw.Flush()
 	fmt.Fprintln(b)
