@@ -4,7 +4,7 @@
 
 PEERS_DIR := .peers
 
-.PHONY: test peers-up peers-down build demo bench bench-ingest drill fuzz
+.PHONY: test peers-up peers-down build demo bench bench-ingest drill drill-cluster fuzz
 
 # The store suite runs each test on one server and on Redis Cluster; the ingest suite
 # runs again with RELAY_TEST_REDIS=cluster (one shared cluster for the test binary).
@@ -36,3 +36,6 @@ bench:
 
 drill:
 	scripts/drill.sh
+
+drill-cluster:
+	scripts/drill-cluster.sh

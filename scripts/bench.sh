@@ -12,10 +12,17 @@
 #    publish to the bus's answer, duplicates and the relay's RSS; one-destination rows also
 #    run the same load through a bare consumer that puts each delivery on the same bus
 #    (the "bare pipeline"), and relay-added latency is the relay's percentile minus it.
+# 3. The same on Redis Cluster, beside the single server in the same run: a private cluster
+#    of 3 masters + 3 replicas (cmd/loadtest redis-cluster, started like the tests' through
+#    internal/testpeer) runs the 1 KB ingest and the 1,000-destination row again
+#    (loadtest bench -cluster-redis); both report each Redis master's CPU per event and
+#    per delivery (ingest: the master processes' CPU; end to end: INFO cpu).
 #
 #   make bench                          all of it, then docs/benchmarks.md is updated
 #   scripts/bench.sh -runs 1:2000:200   end to end only, these rows (destinations:events:rate[:bytes])
 #   BENCH_DOC=- scripts/bench.sh        print the report instead of writing the doc
+#   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
+#                                       1 KB ingest and 1,000 destinations on each (a shorter run)
 #
 # Progress goes to stderr. Ports: BENCH_E2E_REDIS_PORT 17579, BENCH_E2E_RABBIT_PORT 26872
 # (+1 dist), BENCH_E2E_EPMD_PORT 24669. Everything listens on 127.0.0.1 only.
@@ -30,8 +37,10 @@ export EPMD_PORT=${BENCH_E2E_EPMD_PORT:-24669}
 doc=${BENCH_DOC:-docs/benchmarks.md}
 
 state=$(mktemp -d "${TMPDIR:-/tmp}/relay-bench.XXXXXX")
+cluster_pid=
 cleanup() {
 	local rc=$?
+	if [[ -n $cluster_pid ]]; then kill -TERM "$cluster_pid" 2>/dev/null || true; wait "$cluster_pid" 2>/dev/null || true; fi
 	scripts/peers.sh stop "$state" >/dev/null 2>&1 || true
 	if ((rc != 0)); then echo "bench: state kept in $state" >&2; else rm -rf "$state"; fi
 }
@@ -45,6 +54,25 @@ go build -o "$state/relay" ./cmd/relay
 go build -o "$state/loadtest" ./cmd/loadtest
 go build -o "$state/benchingest" ./cmd/benchingest
 
+echo "bench: starting a Redis Cluster (3 masters + 3 replicas) under $state/rcluster" >&2
+"$state/loadtest" redis-cluster -dir "$state/rcluster" -env "$state/rcluster.env" 2>"$state/rcluster.log" &
+cluster_pid=$!
+for ((i = 0; i < 600; i++)); do
+	[[ -s $state/rcluster.env ]] && break
+	kill -0 "$cluster_pid" 2>/dev/null || { cat "$state/rcluster.log" >&2; echo "bench: the Redis Cluster did not start" >&2; exit 1; }
+	sleep 0.1
+done
+[[ -s $state/rcluster.env ]] || { echo "bench: the Redis Cluster was not ready within 60 s" >&2; exit 1; }
+source "$state/rcluster.env"
+
+# ingest SIZE N WARMUP [benchingest flags]: one ingest measurement into the report.
+ingest() {
+	local size=$1 n=$2 warm=$3
+	shift 3
+	"$state/benchingest" -prefill -size "$size" -n "$n" -warmup "$warm" -amqp "$RELAY_TEST_AMQP_URL" -flushdb "$@" >>"$report"
+	echo >>"$report"
+}
+
 report=$state/report.md
 {
 	echo "## Latest \`make bench\` run"
@@ -52,20 +80,27 @@ report=$state/report.md
 	echo "Written by \`scripts/bench.sh\` $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- . ':!docs/benchmarks.md' 2>/dev/null || echo ' with uncommitted changes'). Private RabbitMQ and Redis from \`scripts/peers.sh\`; how each part is measured is in the sections below this one."
 	echo
 } >"$report"
+e2e=("$@")
 if (($# == 0)); then
-	# 1 KB events (the aim's), then larger ones: how ingest grows with event size.
-	for size_n in 1024:50000:5000 16384:10000:1000 65536:3000:300; do
+	# 1 KB events (the aim's), then larger ones: how ingest grows with event size; then
+	# 1 KB on the cluster.
+	sizes=(1024:50000:5000 16384:10000:1000 65536:3000:300)
+	[[ -z ${BENCH_CLUSTER_ONLY:-} ]] || { sizes=(1024:50000:5000); e2e=(-runs 1000:20:0); }
+	for size_n in "${sizes[@]}"; do
 		IFS=: read -r size n warm <<<"$size_n"
 		echo "bench: ingest of $size B events (cmd/benchingest -prefill, 3 runs)" >&2
-		"$state/benchingest" -prefill -size "$size" -n "$n" -warmup "$warm" \
-			-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" -flushdb \
-			-peer-pids "rabbitmq=$(<"$state/rabbit.pid"),redis=$(<"$state/redis.pid")" >>"$report"
-		echo >>"$report"
+		ingest "$size" "$n" "$warm" -redis "$RELAY_TEST_REDIS_URL" \
+			-peer-pids "rabbitmq=$(<"$state/rabbit.pid"),redis=$(<"$state/redis.pid")"
 	done
+	echo "bench: ingest of 1024 B events on the Redis Cluster (cmd/benchingest -prefill, 3 runs)" >&2
+	ingest 1024 50000 5000 -redis "$BENCH_CLUSTER_REDIS_URL" -redis-label "Redis Cluster, 3 masters + 3 replicas" \
+		-peer-pids "rabbitmq=$(<"$state/rabbit.pid"),$BENCH_CLUSTER_REDIS_MASTERS"
+	echo "On the cluster the bench's account has one slot, so one master: its column is the cost of each event on the master that holds it; the other masters idle." >>"$report"
+	echo >>"$report"
 fi
 echo "bench: end to end (cmd/loadtest bench)" >&2
 "$state/loadtest" bench -relay "$state/relay" -state "$state" \
-	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" "$@" >>"$report"
+	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" -cluster-redis "$BENCH_CLUSTER_REDIS_URL" "${e2e[@]}" >>"$report"
 
 if [[ $doc == - ]]; then
 	cat "$report"

@@ -23,6 +23,11 @@
 # Ports (below 32768, away from peers.sh's, the demo's and bench-ingest's defaults):
 # DRILL_REDIS_PORT 17479, DRILL_RABBIT_PORT 26772 (+1 dist), DRILL_EPMD_PORT 24569,
 # sandbox 24680-24683 and 24685, kinesalite 24684; the fault proxies take free ports on 127.0.0.1.
+#
+# DRILL_CLUSTER=1 (scripts/drill-cluster.sh, make drill-cluster) drills on clusters instead:
+# no peers.sh peers; the load command starts a Redis Cluster (3 masters + 3 replicas) and a
+# 3-node RabbitMQ cluster itself (internal/testpeer, free ports in 20000-32000), and the
+# sandbox and kinesalite move to 24690-24695 so both drills can run at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
@@ -32,6 +37,9 @@ export RABBIT_PORT=${DRILL_RABBIT_PORT:-26772}
 export RABBIT_DIST_PORT=${DRILL_RABBIT_DIST_PORT:-26773}
 export EPMD_PORT=${DRILL_EPMD_PORT:-24569}
 STS_PORT=24680 EVENTS_PORT=24681 PUBSUB_PORT=24682 SANDBOX_PORT=24683 KINESALITE_PORT=24684 KINESIS_PORT=24685
+if [[ -n ${DRILL_CLUSTER:-} ]]; then
+	STS_PORT=24690 EVENTS_PORT=24691 PUBSUB_PORT=24692 SANDBOX_PORT=24693 KINESALITE_PORT=24694 KINESIS_PORT=24695
+fi
 KINESALITE_DIR=${KINESALITE_DIR:-$HOME/.cache/relay-test/kinesalite-3.3.3}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -94,11 +102,18 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 scripts/peers.sh install
-for p in "$REDIS_PORT" "$RABBIT_PORT" "$STS_PORT" "$EVENTS_PORT" "$PUBSUB_PORT" "$SANDBOX_PORT" "$KINESALITE_PORT" "$KINESIS_PORT"; do
+ports=("$STS_PORT" "$EVENTS_PORT" "$PUBSUB_PORT" "$SANDBOX_PORT" "$KINESALITE_PORT" "$KINESIS_PORT")
+[[ -n ${DRILL_CLUSTER:-} ]] || ports+=("$REDIS_PORT" "$RABBIT_PORT")
+for p in "${ports[@]}"; do
 	! port_open "$p" || { echo "drill: 127.0.0.1:$p is taken; is another drill running?" >&2; exit 1; }
 done
-start_redis "$state"
-eval "$(scripts/peers.sh start "$state")"
+if [[ -n ${DRILL_CLUSTER:-} ]]; then
+	peer_flags=(-cluster "$state/peers")
+else
+	start_redis "$state"
+	eval "$(scripts/peers.sh start "$state")"
+	peer_flags=(-hook "$PWD/scripts/drill.sh" -amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL")
+fi
 
 echo "drill: building relay, sandbox and loadtest into $state" >&2
 go build -o "$state/relay" ./cmd/relay
@@ -119,7 +134,6 @@ curl -sS --fail-with-body -X POST -d '{"name": "drill"}' "$SANDBOX/streams" >/de
 curl -sS --fail-with-body -X POST -d '{"project": "relay-drill", "topic": "drill-events", "labels": {"mercamap-account": "acct_drill"}}' \
 	"$SANDBOX/topics" >/dev/null
 
-"$state/loadtest" drill -relay "$state/relay" -state "$state" -hook "$PWD/scripts/drill.sh" \
-	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" \
+"$state/loadtest" drill -relay "$state/relay" -state "$state" "${peer_flags[@]}" \
 	-sts "http://127.0.0.1:$STS_PORT" -events "http://127.0.0.1:$EVENTS_PORT" -kinesis "http://127.0.0.1:$KINESIS_PORT" \
 	-pubsub "127.0.0.1:$PUBSUB_PORT" -sandbox "$SANDBOX" "$@"

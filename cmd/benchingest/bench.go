@@ -309,6 +309,12 @@ func (b *bench) cleanup(name, account string) {
 	}
 	ctx := context.Background()
 	rdb := b.st.Client()
+	if c, ok := rdb.(*redis.ClusterClient); ok && b.cfg.flushDB { // every master's keys, not one node's
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.FlushDB(ctx).Err() }); err != nil {
+			b.logf("cleanup: FLUSHDB: %v", err)
+		}
+		return
+	}
 	if b.cfg.flushDB {
 		if err := rdb.FlushDB(ctx).Err(); err != nil {
 			b.logf("cleanup: FLUSHDB: %v", err)

@@ -14,7 +14,11 @@ import (
 // report prints the results as markdown: rates and ratio per run and their medians, then
 // where the CPU went, then the machine.
 func report(w io.Writer, cfg config, results []result, loadBefore string) {
-	fmt.Fprintf(w, "### Ingest: relay beside a bare consumer, same run (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	on := ""
+	if cfg.redisLabel != "" {
+		on = ", on " + cfg.redisLabel
+	}
+	fmt.Fprintf(w, "### Ingest: relay beside a bare consumer, same run%s (%s)\n\n", on, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(w, "Machine: %d CPUs (nproc), Linux %s (uname -r), %s, GOMAXPROCS %d; load average before %s, after %s\n",
 		runtime.NumCPU(), kernelRelease(), runtime.Version(), runtime.GOMAXPROCS(0), loadBefore, loadAverage())
 	mode := "publishing and consuming at once"

@@ -70,7 +70,7 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 		}
 	}()
 
-	pub := &publisher{url: amqpURL, exchange: name}
+	pub := &publisher{urls: []string{amqpURL}, exchange: name}
 	defer pub.close()
 	warm := make([]*event, 20)
 	for i := range warm {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -107,8 +108,9 @@ func (s *stampedBus) count() int {
 }
 
 type benchRun struct {
-	dests, events, rate int // rate 0: publish as fast as confirms allow
-	size                int // event body bytes
+	dests, events, rate int  // rate 0: publish as fast as confirms allow
+	size                int  // event body bytes
+	cluster             bool // on the Redis Cluster of -cluster-redis, not the server of -redis
 }
 
 // latencies are publish-to-bus-answer times, sorted.
@@ -130,7 +132,17 @@ type benchResult struct {
 	rssIdle, rssEnd, hwm int // kB
 	startup              time.Duration
 	bare                 *bareResult // one-destination rows: the same load without the relay
+	redisCPU             []masterCPU // per Redis master, from publish to the last delivery
+	idleFor              time.Duration
+	idleCPU              []masterCPU // per Redis master, over idleFor after the warm-up, nothing published
 	err                  string
+}
+
+// masterCPU is the CPU time (used_cpu_user + used_cpu_sys of INFO cpu) one Redis master
+// spent over a run's timed phase.
+type masterCPU struct {
+	addr string
+	cpu  time.Duration
 }
 
 type bareResult struct {
@@ -140,8 +152,8 @@ type bareResult struct {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	var relayBin, stateDir, amqpURL, redisURL, runsFlag string
-	var bareFor time.Duration
+	var relayBin, stateDir, amqpURL, redisURL, runsFlag, clusterURL, clusterRuns string
+	var bareFor, idleFor time.Duration
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&relayBin, "relay", "", "relay binary")
 	fs.StringVar(&stateDir, "state", "", "directory for configs and logs")
@@ -150,6 +162,9 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&runsFlag, "runs", defaultRuns,
 		"runs as destinations:events:rate[:bytes] (rate 0 = as fast as confirms allow; bytes default 1024)")
 	fs.DurationVar(&bareFor, "bare", 5*time.Second, "bare PutEvents loop duration")
+	fs.StringVar(&clusterURL, "cluster-redis", "", "Redis Cluster URL (redis://node?addr=node…, 127.0.0.1) for the -cluster-runs rows; FLUSHALL on every master before each")
+	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0", "rows run on -cluster-redis after the others, as -runs")
+	fs.DurationVar(&idleFor, "idle", 5*time.Second, "per row, how long Redis CPU is read with nothing published, after the warm-up")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -166,6 +181,26 @@ func runBench(ctx context.Context, args []string) error {
 			return err
 		}
 		runs = append(runs, br)
+	}
+	var cluster *redis.ClusterClient
+	if clusterURL != "" {
+		if err := loopback("cluster-redis", clusterURL); err != nil {
+			return err
+		}
+		o, err := redis.ParseClusterURL(clusterURL)
+		if err != nil {
+			return fmt.Errorf("-cluster-redis: %w", err)
+		}
+		cluster = redis.NewClusterClient(o)
+		defer cluster.Close()
+		for _, r := range strings.Split(clusterRuns, ",") {
+			br, err := parseRun(r)
+			if err != nil {
+				return err
+			}
+			br.cluster = true
+			runs = append(runs, br)
+		}
 	}
 
 	// The cloud: STS trusting anyone for the bench role, the stamped EventBridge.
@@ -207,7 +242,12 @@ func runBench(ctx context.Context, args []string) error {
 				logf("run %d: bare pipeline %.0f/s, p50 %s p99 %s", i+1, bare.perSec, bare.lat.at(0.5), bare.lat.at(0.99))
 			}
 		}
-		res := benchOne(ctx, r, i, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role, key, bus, sts, rdb)
+		var res benchResult
+		if r.cluster {
+			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, clusterURL, stsURL, busURL, role, key, bus, sts, cluster, idleFor)
+		} else {
+			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role, key, bus, sts, rdb, idleFor)
+		}
 		res.bare = bare
 		if res.err != "" {
 			logf("run %d (%d destinations) failed: %s", i+1, r.dests, res.err)
@@ -221,9 +261,9 @@ func runBench(ctx context.Context, args []string) error {
 }
 
 func benchOne(ctx context.Context, r benchRun, idx int, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role string,
-	key []byte, bus *stampedBus, sts *awstest.STS, rdb *redis.Client) (res benchResult) {
+	key []byte, bus *stampedBus, sts *awstest.STS, rdb redis.UniversalClient, idleFor time.Duration) (res benchResult) {
 	res.benchRun = r
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
+	if err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() }); err != nil {
 		res.err = err.Error()
 		return
 	}
@@ -233,7 +273,7 @@ func benchOne(ctx context.Context, r benchRun, idx int, relayBin, stateDir, amqp
   name: mercamap
   aws_principal_arn: arn:aws:iam::999999999999:role/relay-delivery
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 256}
-redis: {url: %s}
+redis: {url: %q}
 signature: {keys: [env:BENCH_HMAC_KEY]}
 api: {listen: "127.0.0.1:0"}
 aws:
@@ -281,7 +321,7 @@ destinations:
 	for i := range r.dests {
 		sts.RequireExternalID(fmt.Sprintf(role, idx, i), ext[i].Val())
 	}
-	pub := &publisher{url: amqpURL, exchange: exchange}
+	pub := &publisher{urls: []string{amqpURL}, exchange: exchange}
 	defer pub.close()
 	// Warm-up: one event, until every destination has it (leases taken, sessions assumed).
 	warm := sizedEvent(exchange, key, 0, r.size)
@@ -301,6 +341,24 @@ destinations:
 	for i := range evs {
 		evs[i] = sizedEvent(exchange, key, i+1, r.size)
 	}
+	// What the destinations cost Redis with nothing to deliver (leases renewed, logs
+	// watched): a window of idleFor before the load.
+	idle0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		res.err = "INFO cpu: " + err.Error()
+		return
+	}
+	idleStart := time.Now()
+	sleepUntil(ctx, idleStart.Add(idleFor))
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		res.err = "INFO cpu: " + err.Error()
+		return
+	}
+	res.idleFor = time.Since(idleStart)
+	for _, addr := range slices.Sorted(maps.Keys(cpu0)) {
+		res.idleCPU = append(res.idleCPU, masterCPU{addr, cpu0[addr] - idle0[addr]})
+	}
 	start := time.Now()
 	publishAt(ctx, pub, evs, r.rate)
 	want := r.dests * r.events
@@ -308,6 +366,14 @@ destinations:
 	if !waitCount(ctx, bus, base, want, limit) {
 		res.err = fmt.Sprintf("%d of %d deliveries after %s", bus.count()-base, want, limit)
 		return
+	}
+	cpu1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		res.err = "INFO cpu: " + err.Error()
+		return
+	}
+	for _, addr := range slices.Sorted(maps.Keys(cpu1)) {
+		res.redisCPU = append(res.redisCPU, masterCPU{addr, cpu1[addr] - cpu0[addr]})
 	}
 	var last time.Time
 	res.lat, last = bus.latencies(evs, buses)
@@ -421,6 +487,42 @@ func barePutEvents(ctx context.Context, url string, d time.Duration) (float64, t
 	el := time.Since(start)
 	slices.Sort(lat)
 	return float64(len(lat)) / el.Seconds(), lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
+
+// forEachMaster runs fn on the one server, or on every master of a cluster.
+func forEachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, fn)
+	}
+	return fn(ctx, rdb.(*redis.Client))
+}
+
+// redisCPU reads INFO cpu on every master: used_cpu_user + used_cpu_sys, by address.
+func redisCPU(ctx context.Context, rdb redis.UniversalClient) (map[string]time.Duration, error) {
+	var mu sync.Mutex
+	out := map[string]time.Duration{}
+	err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error {
+		info, err := m.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		var sec float64
+		for _, line := range strings.Split(info, "\n") {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return fmt.Errorf("INFO cpu %s: %q", k, v)
+				}
+				sec += f
+			}
+		}
+		mu.Lock()
+		out[m.Options().Addr] = time.Duration(sec * float64(time.Second))
+		mu.Unlock()
+		return nil
+	})
+	return out, err
 }
 
 func mustRedisOpts(u string) *redis.Options {

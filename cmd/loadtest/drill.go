@@ -28,6 +28,7 @@ import (
 
 const (
 	drillAccount = "acct_drill"
+	drillQueue   = "relay.job-events"
 	roleBus      = "arn:aws:iam::111122223333:role/drill-bus-delivery"
 	roleStream   = "arn:aws:iam::111122223333:role/drill-stream-delivery"
 )
@@ -59,6 +60,12 @@ type drillFlags struct {
 	stallAt, stallFor                     time.Duration // the path to Kinesis stops answering
 	ingestTimeout, drainTimeout           time.Duration
 	leaseTTL                              time.Duration
+
+	// The cluster drill (-cluster DIR): its own Redis Cluster and RabbitMQ cluster.
+	clusterDir                  string
+	redisBackAfter, rabbitAfter time.Duration // how long a killed node stays down
+	peers                       *clusterPeers
+	amqpURLs, redisNodes        []string // every node, for the replicas' config
 }
 
 func runDrill(ctx context.Context, args []string) error {
@@ -90,8 +97,29 @@ func runDrill(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.ingestTimeout, "ingest-timeout", 120*time.Second, "wait this long for the log to hold every confirmed event")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 180*time.Second, "wait this long for every destination to catch up")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 2*time.Second, "delivery.lease_ttl of the replicas")
+	fs.StringVar(&f.clusterDir, "cluster", "", "start a Redis Cluster (3 masters + 3 replicas) and a 3-node RabbitMQ cluster under this directory and drill on them "+
+		"(-amqp, -redis and -hook unused): at -rabbit-at SIGKILL the node leading the relay's queue, at -redis-at SIGKILL the master of the account's slot")
+	fs.DurationVar(&f.redisBackAfter, "redis-back-after", 10*time.Second, "with -cluster: start the killed Redis master again (as a replica) after this")
+	fs.DurationVar(&f.rabbitAfter, "rabbit-back-after", 15*time.Second, "with -cluster: start the killed RabbitMQ node again after this")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if f.clusterDir != "" {
+		t0 := time.Now()
+		logf("starting a Redis Cluster (3+3) and a 3-node RabbitMQ cluster under %s", f.clusterDir)
+		peers, err := startClusterPeers(f.clusterDir)
+		if err != nil {
+			return err
+		}
+		defer peers.close()
+		f.peers = peers
+		f.amqpURLs = peers.rabbit.URLs()
+		f.amqpURL = f.amqpURLs[0]
+		f.redisNodes = peers.redis.Addrs()
+		f.redisURL = peers.redis.URL()
+		logf("clusters ready after %.1f s: Redis %v, RabbitMQ %v", time.Since(t0).Seconds(), f.redisNodes, f.amqpURLs)
+	} else {
+		f.amqpURLs = []string{f.amqpURL}
 	}
 	for name, u := range map[string]string{"amqp": f.amqpURL, "redis": f.redisURL, "sts": f.sts, "events": f.events,
 		"kinesis": f.kinesis, "sandbox": f.sandbox, "pubsub": "http://" + f.pubsub} {
@@ -239,8 +267,8 @@ func runDrill(ctx context.Context, args []string) error {
 			paused.Delete(r.name)
 		}
 	}()
-	hook := func(when time.Duration, what string) {
-		if when <= 0 || f.hook == "" {
+	fault := func(when time.Duration, what string, run func() error) {
+		if when <= 0 {
 			return
 		}
 		faults.Add(1)
@@ -250,17 +278,33 @@ func runDrill(ctx context.Context, args []string) error {
 				return
 			}
 			note("%s %s: begin", at(0), what)
-			cmd := exec.Command(f.hook, what)
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			if err := cmd.Run(); err != nil {
+			if err := run(); err != nil {
 				note("%s %s: FAILED: %v", at(0), what, err)
 				return
 			}
 			note("%s %s: done", at(0), what)
 		}()
 	}
-	hook(f.rabbitAt, "restart-rabbit")
-	hook(f.redisAt, "restart-redis")
+	hook := func(what string) func() error {
+		return func() error {
+			cmd := exec.Command(f.hook, what)
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			return cmd.Run()
+		}
+	}
+	switch {
+	case f.peers != nil:
+		timed := func(format string, args ...any) { note("%s "+format, append([]any{at(0)}, args...)...) }
+		fault(f.rabbitAt, "kill-rabbit-leader", func() error {
+			return f.peers.killRabbitLeader(drillQueue, f.rabbitAfter, timed)
+		})
+		fault(f.redisAt, "kill-redis-master", func() error {
+			return f.peers.killRedisMaster("{"+drillAccount+"}", f.redisBackAfter, timed)
+		})
+	case f.hook != "":
+		fault(f.rabbitAt, "restart-rabbit", hook("restart-rabbit"))
+		fault(f.redisAt, "restart-redis", hook("restart-redis"))
+	}
 	// A sink fault runs its whole window, past the end of the load if need be: the drain
 	// must not start with the fault still on.
 	window := func(from, length time.Duration, what string, begin func(), end func() string) {
@@ -297,7 +341,7 @@ func runDrill(ctx context.Context, args []string) error {
 	}
 
 	// The load: f.rate events/s, one in ten job.failed, each resent until confirmed.
-	pub := &publisher{url: f.amqpURL, exchange: exchange}
+	pub := &publisher{urls: f.amqpURLs, exchange: exchange}
 	var evs []*event
 	giveUp, cancelGiveUp := context.WithTimeout(ctx, f.duration+90*time.Second)
 	defer cancelGiveUp()
@@ -460,18 +504,23 @@ func scanAttempts(dir string) map[string]map[string]int {
 // drillConfig is the replicas' config; events and kinesis are the endpoints they write
 // to (the sandbox's, or a fault proxy in front of it).
 func drillConfig(f drillFlags, exchange, events, kinesis string) string {
+	rabbit, redis := "url: "+f.amqpURL, "url: "+f.redisURL
+	if f.peers != nil {
+		rabbit = "urls: [" + strings.Join(f.amqpURLs, ", ") + "]"
+		redis = "cluster: [" + strings.Join(f.redisNodes, ", ") + "]\n  min_replicas: 1"
+	}
 	return fmt.Sprintf(`# written by cmd/loadtest drill; one config for both replicas
 identity:
   name: mercamap
   aws_principal_arn: arn:aws:iam::999999999999:role/relay-delivery
   gcp_service_account: relay@relay-drill.iam.gserviceaccount.com
 rabbitmq:
-  url: %s
+  %s
   exchange: %s
-  queue: relay.job-events
+  queue: %[12]s
   prefetch: 256
 redis:
-  url: %s
+  %[3]s
 signature:
   keys: [env:DRILL_HMAC_KEY]
 api:
@@ -503,7 +552,7 @@ destinations:
     connector: pubsub
     project_id: relay-drill
     topic_id: drill-events
-`, f.amqpURL, exchange, f.redisURL, f.sts, events, kinesis, f.pubsub, drillAccount, roleBus, roleStream, f.leaseTTL.String())
+`, rabbit, exchange, redis, f.sts, events, kinesis, f.pubsub, drillAccount, roleBus, roleStream, f.leaseTTL.String(), drillQueue)
 }
 
 func sleepUntil(ctx context.Context, t time.Time) bool {
@@ -745,8 +794,15 @@ func drillReport(w io.Writer, f drillFlags, evs []*event, log []store.LogEntry, 
 	logBreaks, logFirstBreak := orderBreaks(logIDs, published)
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Fault drill (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "load: %d events/s for %.0f s; lease_ttl %s; replica SIGKILL every %s (restarted after %s); RabbitMQ restart at t+%s; Redis SIGKILL+restart (AOF always) at t+%s",
-		f.rate, loadSecs, f.leaseTTL, f.killEvery, f.restartAfter, f.rabbitAt, f.redisAt)
+	fmt.Fprintf(&b, "load: %d events/s for %.0f s; lease_ttl %s; replica SIGKILL every %s (restarted after %s); ",
+		f.rate, loadSecs, f.leaseTTL, f.killEvery, f.restartAfter)
+	if f.peers != nil {
+		fmt.Fprintf(&b, "3-node RabbitMQ cluster (rabbitmq.urls), SIGKILL of the node leading %s at t+%s (started again after %s); "+
+			"Redis Cluster of 3 masters + 3 replicas (redis.cluster, redis.min_replicas 1), SIGKILL of the master of %s's slot at t+%s (its replica promoted; the old master started again after %s)",
+			drillQueue, f.rabbitAt, f.rabbitAfter, drillAccount, f.redisAt, f.redisBackAfter)
+	} else {
+		fmt.Fprintf(&b, "RabbitMQ restart at t+%s; Redis SIGKILL+restart (AOF always) at t+%s", f.rabbitAt, f.redisAt)
+	}
 	if f.throttleFor > 0 {
 		fmt.Fprintf(&b, "; EventBridge throttles every second PutEvents from t+%s for %s", f.throttleAt, f.throttleFor)
 	}

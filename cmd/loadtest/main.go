@@ -1,7 +1,8 @@
 // Command loadtest runs the relay end to end on loopback peers: `drill` (a fault drill:
 // replicas killed, the broker and Redis restarted, under a steady publish load, then a
-// delivery check) and `bench` (deliveries/s and publish-to-bus latency for N
-// destinations). scripts/drill.sh and scripts/bench.sh start the peers and run it; it
+// delivery check, on one server each or, with -cluster, on a Redis Cluster and a RabbitMQ
+// cluster of its own), `bench` (deliveries/s and publish-to-bus latency for N
+// destinations) and `redis-cluster` (holds a private Redis Cluster for scripts/bench.sh). scripts/drill.sh and scripts/bench.sh start the peers and run it; it
 // only ever talks to 127.0.0.1.
 package main
 
@@ -19,7 +20,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadtest drill|bench [flags] (see scripts/drill.sh, scripts/bench.sh)")
+		fmt.Fprintln(os.Stderr, "usage: loadtest drill|bench|redis-cluster [flags] (see scripts/drill.sh, scripts/bench.sh)")
 		os.Exit(2)
 	}
 	var err error
@@ -28,8 +29,10 @@ func main() {
 		err = runDrill(ctx, os.Args[2:])
 	case "bench":
 		err = runBench(ctx, os.Args[2:])
+	case "redis-cluster":
+		err = runRedisCluster(ctx, os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown mode %q: drill or bench", os.Args[1])
+		err = fmt.Errorf("unknown mode %q: drill, bench or redis-cluster", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)

@@ -37,14 +37,17 @@ func uuid() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// publisher publishes with confirms and reconnects when the broker goes away.
+// publisher publishes with confirms and reconnects when the broker goes away: to the
+// next of urls (the nodes of a cluster) after a node fails, to the one URL otherwise.
 type publisher struct {
-	url, exchange string
-	conn          *amqp.Connection
-	ch            *amqp.Channel
-	reconnects    int
-	resends       int
-	seq           int // publishes so far, over every connection
+	urls       []string
+	exchange   string
+	next       int // index in urls of the node to try next
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	reconnects int
+	resends    int
+	seq        int // publishes so far, over every connection
 }
 
 func (p *publisher) close() {
@@ -56,7 +59,8 @@ func (p *publisher) close() {
 
 func (p *publisher) connect(ctx context.Context) error {
 	for {
-		conn, err := amqp.Dial(p.url)
+		url := p.urls[p.next%len(p.urls)]
+		conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 		if err == nil {
 			ch, err2 := conn.Channel()
 			if err2 == nil {
@@ -69,6 +73,7 @@ func (p *publisher) connect(ctx context.Context) error {
 			conn.Close()
 			err = err2
 		}
+		p.next++
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("broker unreachable: %w (last: %v)", ctx.Err(), err)
@@ -133,7 +138,8 @@ func (p *publisher) send(ctx context.Context, batch []*event) {
 		}
 		cancel()
 		if failed {
-			p.close() // a fresh channel for the resends
+			p.close() // a fresh channel for the resends, on the next node if there are several
+			p.next++
 			select {
 			case <-ctx.Done():
 				return

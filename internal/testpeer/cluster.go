@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,21 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 	}
 	return c
 }
+
+// NewRedisCluster starts a Redis Cluster like StartRedisCluster, with its files under
+// dir, for a program rather than a test (cmd/loadtest's cluster drill and bench). The
+// caller ends it with Close; its nodes also die with the calling program (Pdeathsig).
+func NewRedisCluster(dir string) (*RedisCluster, error) {
+	c := &RedisCluster{dir: dir}
+	if err := c.start(); err != nil {
+		c.kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close kills every node (SIGKILL); the files stay in the directory it was given.
+func (c *RedisCluster) Close() { c.kill() }
 
 // sharedCluster is the cluster SharedRedisCluster starts, once per test binary. Like
 // the shared broker, it dies with the test binary through Pdeathsig.
@@ -228,27 +244,49 @@ func (c *RedisCluster) live(addr string) bool {
 }
 
 // node returns the node at addr.
-func (c *RedisCluster) node(t testing.TB, addr string) *clusterNode {
-	t.Helper()
+func (c *RedisCluster) node(addr string) (*clusterNode, error) {
 	for _, n := range c.nodes {
 		if n.addr() == addr {
-			return n
+			return n, nil
 		}
 	}
-	t.Fatalf("testpeer: %s is not a node of the cluster", addr)
-	return nil
+	return nil, fmt.Errorf("testpeer: %s is not a node of the cluster", addr)
 }
 
 // MasterOf returns host:port of the master that holds key's slot now.
 func (c *RedisCluster) MasterOf(t testing.TB, key string) string {
 	t.Helper()
+	addr, err := c.masterOf(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+func (c *RedisCluster) masterOf(key string) (string, error) {
 	cl := c.Client()
 	defer cl.Close()
 	m, err := cl.MasterForKey(context.Background(), key)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	return m.Options().Addr
+	return m.Options().Addr, nil
+}
+
+// Masters returns host:port of every node that is a master now, as the live nodes see it.
+func (c *RedisCluster) Masters() ([]string, error) {
+	cl := c.Client()
+	defer cl.Close()
+	var mu sync.Mutex
+	var out []string
+	err := cl.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		mu.Lock()
+		out = append(out, m.Options().Addr)
+		mu.Unlock()
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
 }
 
 // ReplicaOf returns host:port of the replica of the master that holds key's slot.
@@ -275,40 +313,64 @@ func (c *RedisCluster) ReplicaOf(t testing.TB, key string) string {
 // master's address.
 func (c *RedisCluster) KillMasterOf(t testing.TB, key string) string {
 	t.Helper()
-	addr := c.MasterOf(t, key)
-	if err := c.node(t, addr).proc.signal(syscall.SIGKILL, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.waitOK(30*time.Second, false); err != nil {
+	addr, err := c.FailMasterOf(key)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// FailMasterOf is KillMasterOf for a program: it returns an error rather than failing a test.
+func (c *RedisCluster) FailMasterOf(key string) (string, error) {
+	addr, err := c.masterOf(key)
+	if err != nil {
+		return "", err
+	}
+	n, err := c.node(addr)
+	if err != nil {
+		return "", err
+	}
+	if err := n.proc.signal(syscall.SIGKILL, 10*time.Second); err != nil {
+		return addr, err
+	}
+	return addr, c.waitOK(30*time.Second, false)
 }
 
 // Restart starts the killed node at addr again and waits until it has rejoined (as the
 // replica of the master that took its slots over) and every master has a replica in sync.
 func (c *RedisCluster) Restart(t testing.TB, addr string) {
 	t.Helper()
-	n := c.node(t, addr)
+	if err := c.Rejoin(addr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Rejoin is Restart for a program: it returns an error rather than failing a test.
+func (c *RedisCluster) Rejoin(addr string) error {
+	n, err := c.node(addr)
+	if err != nil {
+		return err
+	}
 	if n.proc.running() {
-		t.Fatalf("testpeer: %s is running", addr)
+		return fmt.Errorf("testpeer: %s is running", addr)
 	}
 	if err := n.start(); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := n.waitPing(); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := c.waitOK(60*time.Second, true); err != nil {
-		t.Fatal(err)
-	}
+	return c.waitOK(60*time.Second, true)
 }
 
 // Pause stops the node at addr (SIGSTOP) until the returned resume is called (SIGCONT):
 // a replica that holds still acknowledges nothing.
 func (c *RedisCluster) Pause(t testing.TB, addr string) (resume func()) {
 	t.Helper()
-	n := c.node(t, addr)
+	n, err := c.node(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pid := n.proc.cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -57,6 +57,21 @@ func SharedRabbitCluster(t testing.TB) *RabbitCluster {
 	return c
 }
 
+// NewRabbitCluster starts a 3-node cluster like SharedRabbitCluster, with its files under
+// dir, for a program rather than a test (cmd/loadtest's cluster drill). The caller ends
+// it with Close; its nodes also die with the calling program (Pdeathsig).
+func NewRabbitCluster(dir string) (*RabbitCluster, error) {
+	c := &RabbitCluster{dir: dir}
+	if err := c.start(); err != nil {
+		c.kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close kills every node and the epmd (SIGKILL); the files stay in the directory.
+func (c *RabbitCluster) Close() { c.kill() }
+
 // start runs the epmd and the three nodes at once, then joins rc2 and rc3 to rc1.
 func (c *RabbitCluster) start() error {
 	port, err := freePort()
@@ -158,17 +173,26 @@ func (c *RabbitCluster) Node(i int) *RabbitMQ { return c.nodes[i] }
 // Leader returns the index of the node leading quorum queue queue, asking a running node.
 func (c *RabbitCluster) Leader(t testing.TB, queue string) int {
 	t.Helper()
+	i, err := c.LeaderOf(queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// LeaderOf is Leader for a program: it returns an error rather than failing a test.
+func (c *RabbitCluster) LeaderOf(queue string) (int, error) {
 	for _, b := range c.nodes {
 		if !b.proc.running() {
 			continue
 		}
 		out, err := c.ctl(b, "list_queues", "name", "leader", "--formatter", "json", "--quiet")
 		if err != nil {
-			t.Fatal(err)
+			return -1, err
 		}
 		var rows []struct{ Name, Leader string }
 		if err := json.Unmarshal(out, &rows); err != nil {
-			t.Fatalf("testpeer: list_queues: %v: %s", err, out)
+			return -1, fmt.Errorf("testpeer: list_queues: %v: %s", err, out)
 		}
 		for _, r := range rows {
 			if r.Name != queue {
@@ -176,32 +200,42 @@ func (c *RabbitCluster) Leader(t testing.TB, queue string) int {
 			}
 			for i, n := range c.nodes {
 				if n.node == r.Leader {
-					return i
+					return i, nil
 				}
 			}
-			t.Fatalf("testpeer: queue %s is led by %q, not a node of the cluster", queue, r.Leader)
+			return -1, fmt.Errorf("testpeer: queue %s is led by %q, not a node of the cluster", queue, r.Leader)
 		}
-		t.Fatalf("testpeer: no queue %s on the cluster", queue)
+		return -1, fmt.Errorf("testpeer: no queue %s on the cluster", queue)
 	}
-	t.Fatal("testpeer: no node of the cluster is running")
-	return -1
+	return -1, errors.New("testpeer: no node of the cluster is running")
 }
 
 // KillNode sends SIGKILL to node i's Erlang VM (and its helpers) and waits for the exit.
 func (c *RabbitCluster) KillNode(t testing.TB, i int) {
 	t.Helper()
-	if err := c.nodes[i].proc.signal(syscall.SIGKILL, 10*time.Second); err != nil {
+	if err := c.Kill(i); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Kill is KillNode for a program: it returns an error rather than failing a test.
+func (c *RabbitCluster) Kill(i int) error {
+	return c.nodes[i].proc.signal(syscall.SIGKILL, 10*time.Second)
 }
 
 // StartNode starts node i again; it rejoins the cluster it remembers.
 func (c *RabbitCluster) StartNode(t testing.TB, i int) {
 	t.Helper()
-	if err := c.nodes[i].start(); err != nil {
+	if err := c.Start(i); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// Start is StartNode for a program: it returns an error rather than failing a test.
+func (c *RabbitCluster) Start(i int) error { return c.nodes[i].start() }
+
+// Name is node i's Erlang node name (rc1@localhost…).
+func (c *RabbitCluster) Name(i int) string { return c.nodes[i].node }
 
 // kill ends every node and the epmd with SIGKILL.
 func (c *RabbitCluster) kill() {
