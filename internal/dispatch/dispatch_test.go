@@ -87,7 +87,8 @@ func newRig(t *testing.T, sink *testSink, dests ...destination.Destination) *rig
 	r.d = New(Options{
 		Store: st, Delivery: delivery(), Outbox: r.nudges, Poll: 20 * time.Millisecond,
 		Sinks: map[destination.Connector]Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
-		Now:   func() time.Time { return time.Now().Add(time.Duration(r.clock.Load())) },
+		Now:          func() time.Time { return time.Now().Add(time.Duration(r.clock.Load())) },
+		LogRetention: 2 * time.Hour,
 	})
 	if err := r.d.SetDestinations(context.Background(), dests); err != nil {
 		t.Fatal(err)

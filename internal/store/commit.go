@@ -32,6 +32,9 @@ type Commit struct {
 	// Wrote is the log id whose write (begun with BeginWrite) this commit ends: its
 	// in-flight mark is cleared. "" for a commit that ends no write.
 	Wrote string
+	// Epoch is State.Epoch as the worker read it ("": not checked). Under another (a
+	// replay or an activation moved the cursor since), the commit moves no cursor.
+	Epoch string
 
 	DisableAfter      int
 	ChannelRetention  time.Duration
@@ -77,6 +80,7 @@ local now_ms, iso = tonumber(ARGV[7]), ARGV[8]
 local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local dest_id, is_test = ARGV[12], ARGV[13] == '1'
 local acct, connector, notice_id, wrote = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
+local epoch = ARGV[18]
 if token ~= '0' and redis.call('HGET', KEYS[1], 'lease_token') ~= token then
   return redis.error_reply('STALE lease token superseded')
 end
@@ -87,7 +91,8 @@ if wrote ~= '' then
 end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
-if cursor ~= '' and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then
+local same_epoch = epoch == '' or (redis.call('HGET', KEYS[1], 'epoch') or '0') == epoch
+if cursor ~= '' and same_epoch and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then
   redis.call('HSET', KEYS[1], 'cursor', cursor)
 end
 if kind == 'skip' then
@@ -159,7 +164,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
-		c.Account, c.Connector, noticeID, c.Wrote,
+		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch,
 	).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):

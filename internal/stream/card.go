@@ -27,6 +27,9 @@ type Card struct {
 	// Lag is how far behind the destination is, on the cards the destination calls
 	// answer (GET, list, pause, activate); snapshots and channel events leave it out.
 	Lag *Lag `json:"lag,omitempty"`
+	// ReplayableFrom is the oldest point a replay may start from (the account log's
+	// retention), on the same cards as Lag.
+	ReplayableFrom *time.Time `json:"replayable_from,omitempty"`
 }
 
 // Lag is a card's measure of how far behind its account's log the destination is.
