@@ -178,7 +178,7 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	d.opts.Metrics.observe(dest, outcome.Class, 0, 0)
 	cfg := d.opts.Delivery
 	res, err := d.opts.Store.Commit(ctx, store.Commit{Ref: ref(dest), Kind: string(outcome.Class), EventID: eventID,
-		MessageID: msg.ID, Message: outcome.Message, Test: true, DisableAfter: cfg.DisableAfter,
+		MessageID: msg.ID, Message: outcome.Message, Test: true, DisableAfter: cfg.DisableAfter, WarnAfter: cfg.WarnAfter,
 		ChannelRetention: cfg.ChannelRetention, AttemptsRetention: cfg.AttemptsRetention})
 	if err != nil {
 		return outcome, err

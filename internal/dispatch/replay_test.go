@@ -120,3 +120,57 @@ func TestActivateSinceDisabledSendsWhatArrivedWhileDisabledInOrder(t *testing.T)
 		})
 	}
 }
+
+func TestWarningsAtFiveAndFifteenOnceEachAndADeliveryStartsARunAnew(t *testing.T) {
+	var reject atomic.Bool
+	reject.Store(true)
+	sink := newTestSink(func(string, destination.Message, int) error {
+		if reject.Load() {
+			return failures.NewRejected("AccessDeniedException: the role may not call events:PutEvents", nil)
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	r.start()
+	failing := func() []store.OperatorEvent {
+		var out []store.OperatorEvent
+		for _, ev := range r.outbox() {
+			if ev.Type == "destination.failing" {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+
+	// 7 rejections, a delivery, then 17: warnings at 5 (first run), 5 and 15 (second).
+	r.publish(slices.Repeat([]string{"job.completed"}, 7)...)
+	waitFor(t, "7 rejections", func() bool { return r.state("orders").ConsecutiveFailures == 7 })
+	if st := r.state("orders"); st.Failing == nil || st.Failing.ConsecutiveFailures != 5 || st.Failing.RejectionsLeft != 15 {
+		t.Fatalf("card failing after 7 rejections = %+v, want the warning at 5 with 15 left", st.Failing)
+	}
+	reject.Store(false)
+	ok := r.publish("job.completed")
+	waitFor(t, "the delivery", func() bool { return slices.Contains(sink.got("orders"), ok[0]) })
+	if st := r.state("orders"); st.Failing != nil {
+		t.Fatalf("card failing after a delivery = %+v, want none", st.Failing)
+	}
+	reject.Store(true)
+	r.publish(slices.Repeat([]string{"job.completed"}, 17)...)
+	waitFor(t, "17 rejections", func() bool { return r.state("orders").ConsecutiveFailures == 17 })
+
+	var got []int
+	for _, ev := range failing() {
+		got = append(got, ev.ConsecutiveFailures)
+		if ev.RejectionsLeft != 20-ev.ConsecutiveFailures || ev.LastFailure == nil ||
+			ev.LastFailure.Message != "AccessDeniedException: the role may not call events:PutEvents" || ev.Destination != "orders" {
+			t.Errorf("destination.failing = %+v", ev)
+		}
+	}
+	if !slices.Equal(got, []int{5, 5, 15}) {
+		t.Fatalf("destination.failing at %v rejections in a row, want [5 5 15]", got)
+	}
+	if st := r.state("orders"); st.Status != store.Active || st.Failing == nil || st.Failing.RejectionsLeft != 5 {
+		t.Fatalf("state after 17 = %+v, want active with 5 rejections left on the card", st)
+	}
+	waitFor(t, "the drainer nudged", func() bool { return r.nudges.n.Load() > 0 })
+}

@@ -333,13 +333,17 @@ func (w *worker) commit(ctx context.Context, c store.Commit) (store.Committed, e
 	if c.Epoch == "" {
 		c.Epoch = w.epoch
 	}
-	c.DisableAfter, c.ChannelRetention, c.AttemptsRetention = cfg.DisableAfter, cfg.ChannelRetention, cfg.AttemptsRetention
+	c.DisableAfter, c.WarnAfter = cfg.DisableAfter, cfg.WarnAfter
+	c.ChannelRetention, c.AttemptsRetention = cfg.ChannelRetention, cfg.AttemptsRetention
 	wait := 50 * time.Millisecond
 	for {
 		res, err := w.d.opts.Store.Commit(context.WithoutCancel(ctx), c)
 		if err == nil {
 			if res.Disabled {
 				w.d.announceDisabled(ctx, w.dest)
+			}
+			if res.Warned && w.d.opts.Outbox != nil {
+				w.d.opts.Outbox.Nudge() // destination.failing is in the outbox
 			}
 			return res, nil
 		}

@@ -58,6 +58,7 @@ type State struct {
 	LastFailure         *Failure
 	LastDelivery        *Delivery
 	Disabled            *DisabledInfo
+	Failing             *Failing // a warning threshold reached in this run of failures
 	ExternalID          string
 	Fingerprint         string
 	Sequence            int64 // last sequence of the destination's channel
@@ -113,6 +114,7 @@ func stateFrom(h map[string]string) State {
 	unmarshalIf(h["last_failure"], &st.LastFailure)
 	unmarshalIf(h["last_delivery"], &st.LastDelivery)
 	unmarshalIf(h["disabled"], &st.Disabled)
+	unmarshalIf(h["failing"], &st.Failing)
 	if st.Disabled != nil && st.Disabled.By == "" {
 		st.Disabled.By = DisabledByOperator // stored before "by" was: see disabledBy in luaPrelude
 		if rejectionsReason.MatchString(st.Disabled.Reason) {
@@ -209,7 +211,7 @@ elseif want == 'active' then
   -- since_disabled / since_paused: the cursor stays where delivery stopped.
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
   redis.call('HSET', KEYS[1], 'status', 'active', 'consecutive_failures', 0)
-  redis.call('HDEL', KEYS[1], 'warned')
+  redis.call('HDEL', KEYS[1], 'failing')
   redis.call('HDEL', KEYS[1], 'disabled')
   etype = 'destination.activated'
 else

@@ -23,7 +23,10 @@ type Card struct {
 	LastFailure         *store.Failure      `json:"last_failure"`
 	LastDelivery        *store.Delivery     `json:"last_delivery"`
 	Disabled            *store.DisabledInfo `json:"disabled"`
-	Sequence            int64               `json:"sequence"`
+	// Failing: the rejections in a row reached a warning threshold (delivery.warn_after)
+	// and how many more disable the destination; null otherwise.
+	Failing  *store.Failing `json:"failing"`
+	Sequence int64          `json:"sequence"`
 	// Lag is how far behind the destination is, on the cards the destination calls
 	// answer (GET, list, pause, activate); snapshots and channel events leave it out.
 	Lag *Lag `json:"lag,omitempty"`
@@ -49,7 +52,7 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 		ID: d.ID, Connector: string(d.Connector), Account: d.Account, Status: st.Status,
 		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID),
 		ConsecutiveFailures: st.ConsecutiveFailures, LastFailure: st.LastFailure,
-		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Sequence: st.Sequence,
+		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Failing: st.Failing, Sequence: st.Sequence,
 	}
 	if d.Connector.IsAWS() {
 		ext := st.ExternalID
@@ -69,10 +72,11 @@ type CardState struct {
 	LastFailure         *store.Failure      `json:"last_failure"`
 	LastDelivery        *store.Delivery     `json:"last_delivery"`
 	Disabled            *store.DisabledInfo `json:"disabled"`
+	Failing             *store.Failing      `json:"failing"`
 }
 
 // Apply replaces the card's state fields with st.
 func (c *Card) Apply(st CardState) {
 	c.Status, c.ConsecutiveFailures = st.Status, st.ConsecutiveFailures
-	c.LastFailure, c.LastDelivery, c.Disabled = st.LastFailure, st.LastDelivery, st.Disabled
+	c.LastFailure, c.LastDelivery, c.Disabled, c.Failing = st.LastFailure, st.LastDelivery, st.Disabled, st.Failing
 }
