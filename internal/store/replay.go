@@ -47,10 +47,11 @@ func (e ErrTooOld) Error() string {
 var ErrNoSuchEvent = errors.New("the account's log holds no event with that id")
 
 var replayScript = redis.NewScript(luaPrelude + `
-local target, now_ms, cutoff, iso, point, dest_id = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6]
+local now_ms, cutoff, iso, point, dest_id = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6]
 local from_ms, after_id = ARGV[7], ARGV[8]
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
+local target
 if from_ms ~= '' then
   -- After the last entry stored before from_ms, or the start of the log.
   local prev = redis.call('XREVRANGE', KEYS[6], '(' .. from_ms .. '-0', '-', 'COUNT', 1)[1]
@@ -109,7 +110,7 @@ func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 	}
 	now := time.Now()
 	keys := append(r.chanKeys(), logKey(r.Account), attemptsKey(r.Account, r.ID))
-	res, err := replayScript.Run(ctx, s.rdb, keys, "", now.UnixMilli(), now.Add(-r.ChannelRetention).UnixMilli(),
+	res, err := replayScript.Run(ctx, s.rdb, keys, "" /* unused */, now.UnixMilli(), now.Add(-r.ChannelRetention).UnixMilli(),
 		now.UTC().Format(time.RFC3339Nano), point, r.ID, fromMS, afterID).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
