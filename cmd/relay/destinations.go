@@ -96,7 +96,86 @@ statement) for AWS, the service account and gcloud commands for Pub/Sub.`,
 			return nil
 		},
 	})
+	var from, afterEvent, since string
+	replay := &cobra.Command{
+		Use:   "replay ID (--from TIME | --after-event CE-ID)",
+		Short: "Deliver a destination's events again from a point of its account's log, in order",
+		Long: `replay moves the destination's cursor back: every event stored from --from (RFC 3339)
+on, or after the event --after-event, is delivered again in log order before newer events
+(receivers dedup on event_id). On a paused or disabled destination it starts when the
+destination is activated. A point older than the log keeps is refused with the oldest
+point still replayable (the card's replayable_from).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (from == "") == (afterEvent == "") {
+				return errors.New("pass one of --from or --after-event")
+			}
+			body := map[string]string{"from": from}
+			if afterEvent != "" {
+				body = map[string]string{"after_event": afterEvent}
+			}
+			var out struct {
+				stream.Card
+				Replay struct {
+					Cursor  string `json:"cursor"`
+					Pending bool   `json:"pending"`
+				} `json:"replay"`
+			}
+			if err := cardAction(cmd.Context(), flags, e, args[0], "replay", body, &out); err != nil {
+				return err
+			}
+			if out.Replay.Pending {
+				fmt.Fprintf(e.stdout, "%s is %s: the replay starts when it is activated\n", out.ID, out.Status)
+			} else {
+				fmt.Fprintf(e.stdout, "%s: delivering again after log entry %s\n", out.ID, out.Replay.Cursor)
+			}
+			return nil
+		},
+	}
+	replay.Flags().StringVar(&from, "from", "", "an RFC 3339 time: replay every event stored from then on")
+	replay.Flags().StringVar(&afterEvent, "after-event", "", "a ce-id: replay every event stored after it")
+	activate := &cobra.Command{
+		Use:   "activate ID [--replay since_disabled|since_paused]",
+		Short: "Switch a paused or disabled destination back on",
+		Long: `activate switches the destination back on. Without --replay it delivers what arrives
+from now on; with --replay since_disabled (or since_paused) it resumes from where delivery
+stopped: what arrived meanwhile is delivered first, in order.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var body any
+			if since != "" {
+				body = map[string]string{"replay": since}
+			}
+			var out stream.Card
+			if err := cardAction(cmd.Context(), flags, e, args[0], "activate", body, &out); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s: %s\n", out.ID, out.Status)
+			return nil
+		},
+	}
+	activate.Flags().StringVar(&since, "replay", "", "since_disabled or since_paused: deliver what arrived meanwhile")
+	cmd.AddCommand(replay, activate)
 	return cmd
+}
+
+// cardAction POSTs body to the destination id's action (found among the cards the
+// token sees, for its connector) and decodes the answer into out.
+func cardAction(ctx context.Context, flags apiFlags, e env, id, action string, body, out any) error {
+	c, err := flags.caller(e.getenv)
+	if err != nil {
+		return err
+	}
+	cards, err := allCards(ctx, c)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(cards, func(card stream.Card) bool { return card.ID == id })
+	if i < 0 {
+		return fmt.Errorf("no destination %q that this token may see", id)
+	}
+	path := "/v1/connectors/" + cards[i].Connector + "/destinations/" + id + "/" + action
+	return c.Do(ctx, http.MethodPost, path, nil, body, out)
 }
 
 // allCards lists every card the token sees, connector by connector.

@@ -66,6 +66,7 @@ aws:
 delivery:
   not_taken_backoff: {initial: 10ms, max: 100ms}
   operator_events_exchange: %s
+  warn_after: []  # this test follows the disable's event alone
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
 destinations:

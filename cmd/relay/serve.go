@@ -138,8 +138,10 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Accounts: cfg.Accounts,
 		Outbox:   outbox,
 		Logger:   log.With("component", "dispatch"),
-		Metrics:  dispatch.NewMetrics(reg),
-		Tracer:   dispatchTracer,
+		// The logs keep events for the dedup window (ingest's LogRetention): replays reach that far.
+		LogRetention: cfg.DedupWindow,
+		Metrics:      dispatch.NewMetrics(reg),
+		Tracer:       dispatchTracer,
 	})
 	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
 		return fmt.Errorf("read ExternalIds from redis: %w", err)

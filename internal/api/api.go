@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,6 +32,13 @@ type Destinations interface {
 	// change what our operators disabled (dispatch.ErrOperatorDisabled).
 	Pause(ctx context.Context, id string, operator bool) (dispatch.Change, error)
 	Activate(ctx context.Context, id string, operator bool) (dispatch.Change, error)
+	// ActivateSince activates resuming from where delivery stopped (store.SinceDisabled,
+	// store.SincePaused).
+	ActivateSince(ctx context.Context, id string, operator bool, since string) (dispatch.Change, error)
+	// Replay delivers the destination's events from a point again; ReplayableFrom is the
+	// oldest point it takes (zero: unbounded).
+	Replay(ctx context.Context, id string, point store.ReplayPoint) (store.Replayed, error)
+	ReplayableFrom() time.Time
 	Disable(ctx context.Context, id, reason string) (dispatch.Disabled, error)
 	Test(ctx context.Context, id string) (failures.Outcome, error)
 }
@@ -137,6 +145,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/pause", s.authed(s.pause))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/activate", s.authed(s.activate))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/test", s.authed(s.test))
+	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/replay", s.authed(s.replay))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/disable", s.authed(s.disable))
 	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}/attempts", s.authed(s.attempts))
 

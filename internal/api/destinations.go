@@ -104,8 +104,93 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, p principal) {
 	s.changeStatus(w, r, p, "paused", s.opts.Destinations.Pause)
 }
 
+// activate takes an empty body (deliver what arrives from now on), or
+// {"replay":"since_disabled"} / {"replay":"since_paused"}: resume from where delivery
+// stopped, with what arrived meanwhile first, in order.
 func (s *Server) activate(w http.ResponseWriter, r *http.Request, p principal) {
-	s.changeStatus(w, r, p, "activated", s.opts.Destinations.Activate)
+	var body struct {
+		Replay string `json:"replay"`
+	}
+	if b, e := readBody(r); e != nil {
+		writeError(w, e)
+		return
+	} else if len(b) > 0 && json.Unmarshal(b, &body) != nil {
+		writeError(w, errInvalid(`the body must be JSON like {"replay":"since_disabled"} or empty`))
+		return
+	}
+	if body.Replay != "" && body.Replay != store.SinceDisabled && body.Replay != store.SincePaused {
+		writeError(w, errInvalid(`replay must be "since_disabled" or "since_paused"`))
+		return
+	}
+	s.changeStatus(w, r, p, "activated", func(ctx context.Context, id string, operator bool) (dispatch.Change, error) {
+		return s.opts.Destinations.ActivateSince(ctx, id, operator, body.Replay)
+	})
+}
+
+// replay takes {"from":"<RFC 3339>"} or {"after_event":"<ce-id>"} and answers with the
+// card after it, the cursor delivery restarts after and whether it waits for an
+// activation.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
+	d, ok := s.lookup(w, r, p)
+	if !ok {
+		return
+	}
+	var body struct {
+		From       string `json:"from"`
+		AfterEvent string `json:"after_event"`
+	}
+	b, e := readBody(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if json.Unmarshal(b, &body) != nil || (body.From == "") == (body.AfterEvent == "") {
+		writeError(w, errInvalid(`the body must be JSON like {"from":"2024-05-01T12:00:00Z"} or {"after_event":"<ce-id>"}: one of the two`))
+		return
+	}
+	point := store.ReplayPoint{AfterEvent: body.AfterEvent}
+	if body.From != "" {
+		t, err := time.Parse(time.RFC3339Nano, body.From)
+		if err != nil {
+			writeError(w, errInvalid("from must be an RFC 3339 time, like 2024-05-01T12:00:00Z"))
+			return
+		}
+		point.From = t
+	}
+	res, err := s.opts.Destinations.Replay(r.Context(), d.ID, point)
+	var tooOld store.ErrTooOld
+	switch {
+	case errors.As(err, &tooOld):
+		writeError(w, errInvalid("the replay point is older than the log keeps; the oldest point still replayable is "+
+			tooOld.Oldest.UTC().Format(time.RFC3339)))
+		return
+	case errors.Is(err, store.ErrNoSuchEvent):
+		writeError(w, errInvalid("the account's log holds no event "+strconv.Quote(body.AfterEvent)+
+			" (never received, or older than the log keeps: replay from a time instead)"))
+		return
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("destination replay through the api", "destination", d.ID, "admin", p.admin, "cursor", res.Cursor, "pending", res.Pending)
+	card, err := s.opts.Streams.Card(r.Context(), d)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.addLag(r.Context(), &card, d)
+	writeJSON(w, http.StatusOK, replayedCard{Card: card, Replay: replayAnswer{Cursor: res.Cursor, Pending: res.Pending}})
+}
+
+// replayedCard is the answer to a replay: the card after it, and the replay.
+type replayedCard struct {
+	stream.Card
+	Replay replayAnswer `json:"replay"`
+}
+
+type replayAnswer struct {
+	Cursor  string `json:"cursor"`  // the log id delivery restarts after
+	Pending bool   `json:"pending"` // not active: it starts when the destination is activated
 }
 
 // changedCard is the answer to a pause or an activation: the card after the change,
@@ -128,6 +213,11 @@ func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principa
 	res, err := change(r.Context(), d.ID, p.admin)
 	if errors.Is(err, dispatch.ErrOperatorDisabled) {
 		s.forbidOperatorDisabled(w, r, d)
+		return
+	}
+	var mismatch store.ErrSinceMismatch
+	if errors.As(err, &mismatch) {
+		writeError(w, errInvalid("the destination is "+mismatch.Status+`: replay "since_`+mismatch.Status+`", or none`))
 		return
 	}
 	if err != nil {

@@ -348,6 +348,18 @@ func (p *parser) checkDelivery(d *Delivery) {
 	if d.DisableAfter < 1 {
 		p.add("delivery.disable_after", "must be at least 1 rejected attempt")
 	}
+	if d.WarnAfter == nil { // not configured: 5 and 15, those below disable_after
+		for _, n := range []int{5, 15} {
+			if n < d.DisableAfter {
+				d.WarnAfter = append(d.WarnAfter, n)
+			}
+		}
+	}
+	for _, n := range d.WarnAfter {
+		if n < 1 || n >= d.DisableAfter {
+			p.add("delivery.warn_after", "%d is not between 1 and delivery.disable_after (%d), exclusive", n, d.DisableAfter)
+		}
+	}
 	if d.AttemptsRetention < d.ChannelRetention {
 		p.add("delivery.attempts_retention", "%s is shorter than delivery.channel_retention (%s): the attempt log is kept at least as long as channel events", d.AttemptsRetention, d.ChannelRetention)
 	}

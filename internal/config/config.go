@@ -157,9 +157,12 @@ type GCP struct {
 
 // Delivery holds the timings and limits of delivery.
 type Delivery struct {
-	NotTakenBackoff        Backoff
-	MaxMessageAge          time.Duration
-	DisableAfter           int
+	NotTakenBackoff Backoff
+	MaxMessageAge   time.Duration
+	DisableAfter    int
+	// WarnAfter are the counts of rejections in a row at which destination.failing goes
+	// out (each once per run of failures), each below DisableAfter.
+	WarnAfter              []int
 	LeaseTTL               time.Duration
 	ChannelRetention       time.Duration
 	LabelRecheck           time.Duration

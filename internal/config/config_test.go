@@ -91,7 +91,7 @@ func TestExampleFromTheContractParses(t *testing.T) {
 			TestsPerDestination: Rate{Count: 6, Per: time.Minute}, TestsPerAccount: Rate{Count: 30, Per: time.Minute}},
 		AWS: AWS{Region: "us-east-1", Endpoints: map[string]string{}},
 		Delivery: Delivery{NotTakenBackoff: Backoff{Initial: time.Second, Max: 5 * time.Minute}, MaxMessageAge: 72 * time.Hour, DisableAfter: 20,
-			LeaseTTL: 15 * time.Second, ChannelRetention: 168 * time.Hour, LabelRecheck: 15 * time.Minute, AttemptsRetention: 720 * time.Hour,
+			WarnAfter: []int{5, 15}, LeaseTTL: 15 * time.Second, ChannelRetention: 168 * time.Hour, LabelRecheck: 15 * time.Minute, AttemptsRetention: 720 * time.Hour,
 			OperatorEventsExchange: "relay.operator.events"},
 		Accounts: []Account{{ID: "acct_123", Tenants: []string{"single-tenant"}, Sources: []string{}, StoreIDPath: "metadata.store_id"}},
 		Destinations: []destination.Destination{

@@ -194,8 +194,16 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 						"max":     func(v *yaml.Node, path string) { w.duration(v, path, &d.NotTakenBackoff.Max) },
 					})
 				},
-				"max_message_age":          func(v *yaml.Node, path string) { w.duration(v, path, &d.MaxMessageAge) },
-				"disable_after":            func(v *yaml.Node, path string) { w.integer(v, path, &d.DisableAfter) },
+				"max_message_age": func(v *yaml.Node, path string) { w.duration(v, path, &d.MaxMessageAge) },
+				"disable_after":   func(v *yaml.Node, path string) { w.integer(v, path, &d.DisableAfter) },
+				"warn_after": func(v *yaml.Node, path string) {
+					d.WarnAfter = []int{}
+					w.list(v, path, func(v *yaml.Node, path string) {
+						var n int
+						w.integer(v, path, &n)
+						d.WarnAfter = append(d.WarnAfter, n)
+					})
+				},
 				"lease_ttl":                func(v *yaml.Node, path string) { w.duration(v, path, &d.LeaseTTL) },
 				"channel_retention":        func(v *yaml.Node, path string) { w.duration(v, path, &d.ChannelRetention) },
 				"label_recheck":            func(v *yaml.Node, path string) { w.duration(v, path, &d.LabelRecheck) },

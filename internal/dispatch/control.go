@@ -32,23 +32,61 @@ var ErrOperatorDisabled = store.ErrOperatorDisabled
 // activated, and no notification goes out. operator is true for an admin token; an
 // account may not pause (nor activate) what an operator disabled.
 func (d *Dispatcher) Pause(ctx context.Context, id string, operator bool) (Change, error) {
-	return d.setStatus(ctx, id, store.Paused, operator)
+	return d.setStatus(ctx, id, store.Paused, operator, "")
 }
 
 // Activate resumes a paused or disabled destination with the events that arrive from
 // now on, and resets its count. A destination our operators disabled is re-activated
 // by an operator only (ErrOperatorDisabled); one the rejections disabled, by its account.
 func (d *Dispatcher) Activate(ctx context.Context, id string, operator bool) (Change, error) {
-	return d.setStatus(ctx, id, store.Active, operator)
+	return d.setStatus(ctx, id, store.Active, operator, "")
 }
 
-func (d *Dispatcher) setStatus(ctx context.Context, id, status string, operator bool) (Change, error) {
+// ActivateSince activates a destination like Activate, but with since
+// (store.SinceDisabled or store.SincePaused) delivery resumes from where it stopped:
+// the events that arrived meanwhile are sent, in order, before newer ones. since must
+// name the destination's status (store.ErrSinceMismatch); "" is Activate.
+func (d *Dispatcher) ActivateSince(ctx context.Context, id string, operator bool, since string) (Change, error) {
+	return d.setStatus(ctx, id, store.Active, operator, since)
+}
+
+// Replay delivers a destination's events from a point of its account's log again, in
+// log order, before newer events (store.Replay). A point older than the log's retention
+// (Options.LogRetention) is store.ErrTooOld, which names the oldest point still
+// replayable.
+func (d *Dispatcher) Replay(ctx context.Context, id string, point store.ReplayPoint) (store.Replayed, error) {
+	dest, ok := d.Destination(id)
+	if !ok {
+		return store.Replayed{}, ErrNotFound
+	}
+	cfg := d.opts.Delivery
+	res, err := d.opts.Store.Replay(ctx, store.Replay{Ref: ref(dest), Point: point, Oldest: d.ReplayableFrom(),
+		ChannelRetention: cfg.ChannelRetention, AttemptsRetention: cfg.AttemptsRetention})
+	if err != nil {
+		return res, err
+	}
+	d.opts.Logger.Info("replay asked for", "destination", id, "cursor", res.Cursor, "pending", res.Pending)
+	d.notify(dest.Account) // an idle worker starts the replay now
+	return res, nil
+}
+
+// ReplayableFrom is the oldest point a replay may start from: the account logs keep
+// events for Options.LogRetention. The zero time when no retention is configured.
+func (d *Dispatcher) ReplayableFrom() time.Time {
+	if d.opts.LogRetention <= 0 {
+		return time.Time{}
+	}
+	// A second's margin: the log is trimmed by arrival time, ahead of the request.
+	return d.opts.Now().Add(-d.opts.LogRetention + time.Second).UTC().Truncate(time.Second)
+}
+
+func (d *Dispatcher) setStatus(ctx context.Context, id, status string, operator bool, since string) (Change, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
 		return Change{}, ErrNotFound
 	}
 	res, err := d.opts.Store.ChangeStatus(ctx, store.StatusChange{Ref: ref(dest), Status: status, Operator: operator,
-		WriteWindow: writeWindow, ChannelRetention: d.opts.Delivery.ChannelRetention})
+		WriteWindow: writeWindow, ChannelRetention: d.opts.Delivery.ChannelRetention, Since: since})
 	if err != nil {
 		return Change{}, err
 	}
@@ -140,7 +178,7 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	d.opts.Metrics.observe(dest, outcome.Class, 0, 0)
 	cfg := d.opts.Delivery
 	res, err := d.opts.Store.Commit(ctx, store.Commit{Ref: ref(dest), Kind: string(outcome.Class), EventID: eventID,
-		MessageID: msg.ID, Message: outcome.Message, Test: true, DisableAfter: cfg.DisableAfter,
+		MessageID: msg.ID, Message: outcome.Message, Test: true, DisableAfter: cfg.DisableAfter, WarnAfter: cfg.WarnAfter,
 		ChannelRetention: cfg.ChannelRetention, AttemptsRetention: cfg.AttemptsRetention})
 	if err != nil {
 		return outcome, err

@@ -52,6 +52,9 @@ type Options struct {
 	MaxActive int
 	Now       func() time.Time // nil: time.Now
 	Tracer    Tracer           // nil: no traces (trace.go)
+	// LogRetention is how long the account logs keep events (the dedup window): the
+	// oldest point a replay may start from. 0: no bound is checked.
+	LogRetention time.Duration
 }
 
 // ErrNotFound is returned for a destination id the config does not define.

@@ -71,7 +71,7 @@ type rig struct {
 func delivery() config.Delivery {
 	return config.Delivery{
 		NotTakenBackoff: config.Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond},
-		MaxMessageAge:   time.Hour, DisableAfter: 20, LeaseTTL: 900 * time.Millisecond,
+		MaxMessageAge:   time.Hour, DisableAfter: 20, WarnAfter: []int{5, 15}, LeaseTTL: 900 * time.Millisecond,
 		ChannelRetention: time.Hour, AttemptsRetention: 2 * time.Hour,
 	}
 }
@@ -86,8 +86,9 @@ func newRig(t *testing.T, sink *testSink, dests ...destination.Destination) *rig
 	r := &rig{t: t, store: st, sink: sink, nudges: &nudges{}}
 	r.d = New(Options{
 		Store: st, Delivery: delivery(), Outbox: r.nudges, Poll: 20 * time.Millisecond,
-		Sinks: map[destination.Connector]Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
-		Now:   func() time.Time { return time.Now().Add(time.Duration(r.clock.Load())) },
+		Sinks:        map[destination.Connector]Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
+		Now:          func() time.Time { return time.Now().Add(time.Duration(r.clock.Load())) },
+		LogRetention: 2 * time.Hour,
 	})
 	if err := r.d.SetDestinations(context.Background(), dests); err != nil {
 		t.Fatal(err)
@@ -291,8 +292,14 @@ func TestNotTakenNeverCountsAndTwentyRejectionsInARowDisable(t *testing.T) {
 	if st.ConsecutiveFailures != 20 || st.Disabled == nil || st.LastFailure == nil || st.LastFailure.Class != "rejected" {
 		t.Fatalf("disabled state = %+v", st)
 	}
-	// The commit that disabled wrote the operator event to the outbox, in the same script.
-	notes := r.outbox()
+	// The commit that disabled wrote the operator event to the outbox, in the same script
+	// (after the warnings at 5 and 15 of each run: destination.failing).
+	var notes []store.OperatorEvent
+	for _, ev := range r.outbox() {
+		if ev.Type != "destination.failing" {
+			notes = append(notes, ev)
+		}
+	}
 	if len(notes) != 1 || notes[0].Type != "destination.disabled" || notes[0].LastFailure == nil ||
 		notes[0].Destination != "orders" || notes[0].Account != acct || notes[0].Connector != "eventbridge" ||
 		notes[0].Reason != st.Disabled.Reason || notes[0].LastFailure.Class != "rejected" ||
@@ -412,15 +419,22 @@ func TestSendATestGoesThroughTheSinkAndCounts(t *testing.T) {
 	// The 20th rejected test disables the destination, and its commit writes the
 	// operator event to the outbox like a delivery's would.
 	for i := 2; i <= 20; i++ {
-		if notes := r.outbox(); len(notes) != 0 {
-			t.Fatalf("an operator event after %d rejections: %+v", i-1, notes)
+		for _, n := range r.outbox() {
+			if n.Type != "destination.failing" { // the warnings at 5 and 15 come before
+				t.Fatalf("an operator event after %d rejections: %+v", i-1, n)
+			}
 		}
 		if _, err := r.d.Test(context.Background(), "orders"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	st := r.state("orders")
-	notes := r.outbox()
+	var notes []store.OperatorEvent
+	for _, n := range r.outbox() {
+		if n.Type == "destination.disabled" {
+			notes = append(notes, n)
+		}
+	}
 	if st.Status != store.Disabled || len(notes) != 1 || notes[0].Destination != "orders" ||
 		notes[0].LastFailure == nil || notes[0].LastFailure.Message != "the bus does not exist" {
 		t.Fatalf("after 20 rejected tests: %s, operator events %+v; want disabled and one event with the last failure", st.Status, notes)

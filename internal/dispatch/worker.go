@@ -31,6 +31,7 @@ type worker struct {
 	retrying string        // the log id of the message in not-taken backoff, if any
 	backoff  time.Duration // its next backoff
 	status   string        // the status the last pass found ("" before the first)
+	epoch    string        // the state's epoch the pass read: writes and commits are fenced by it
 }
 
 // hold takes a pass slot, waiting for one; false when ctx ended first.
@@ -158,7 +159,7 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 		w.status = st.Status
 		return true, nil
 	}
-	w.status = st.Status
+	w.status, w.epoch = st.Status, st.Epoch
 	dest := w.dest
 	dest.ExternalID = st.ExternalID
 	entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
@@ -268,7 +269,7 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 // API answered is seen here, on whichever replica holds the lease, and no write starts.
 // errStop when it must not start; ErrStaleLease when the lease is another's.
 func (w *worker) begin(ctx context.Context, e store.LogEntry) error {
-	res, err := w.d.opts.Store.BeginWrite(context.WithoutCancel(ctx), ref(w.dest), w.token, e.ID)
+	res, err := w.d.opts.Store.BeginWrite(context.WithoutCancel(ctx), ref(w.dest), w.token, e.ID, w.epoch)
 	switch {
 	case errors.Is(err, store.ErrStaleLease), errors.Is(err, store.ErrUnknownDestination):
 		return store.ErrStaleLease
@@ -288,6 +289,7 @@ func (w *worker) commitAsync(ctx context.Context, c store.Commit) {
 	prev := w.pending
 	p := &inflight{done: make(chan struct{}), cursor: c.Cursor}
 	w.pending = p
+	c.Epoch = w.epoch
 	go func() {
 		defer close(p.done)
 		if prev != nil {
@@ -313,10 +315,11 @@ func (w *worker) settle() error {
 }
 
 // stopAfter reports errStop when a commit found the destination not active, or its
-// cursor already past the message just ended: an activation meanwhile skipped the
-// events that arrived while it was stopped, so the rest of the batch in hand is stale.
+// cursor not at the message just ended: an activation meanwhile skipped the events that
+// arrived while it was stopped, or a replay moved it back, so the rest of the batch in
+// hand is stale.
 func stopAfter(res store.Committed, ended string) error {
-	if res.Status != store.Active || (ended != "" && store.CompareIDs(res.Cursor, ended) > 0) {
+	if res.Status != store.Active || (ended != "" && res.Cursor != ended) {
 		return errStop
 	}
 	return nil
@@ -327,13 +330,20 @@ func stopAfter(res store.Committed, ended string) error {
 func (w *worker) commit(ctx context.Context, c store.Commit) (store.Committed, error) {
 	cfg := w.d.opts.Delivery
 	c.Ref, c.Token = ref(w.dest), w.token
-	c.DisableAfter, c.ChannelRetention, c.AttemptsRetention = cfg.DisableAfter, cfg.ChannelRetention, cfg.AttemptsRetention
+	if c.Epoch == "" {
+		c.Epoch = w.epoch
+	}
+	c.DisableAfter, c.WarnAfter = cfg.DisableAfter, cfg.WarnAfter
+	c.ChannelRetention, c.AttemptsRetention = cfg.ChannelRetention, cfg.AttemptsRetention
 	wait := 50 * time.Millisecond
 	for {
 		res, err := w.d.opts.Store.Commit(context.WithoutCancel(ctx), c)
 		if err == nil {
 			if res.Disabled {
 				w.d.announceDisabled(ctx, w.dest)
+			}
+			if res.Warned && w.d.opts.Outbox != nil {
+				w.d.opts.Outbox.Nudge() // destination.failing is in the outbox
 			}
 			return res, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -32,8 +33,14 @@ type Commit struct {
 	// Wrote is the log id whose write (begun with BeginWrite) this commit ends: its
 	// in-flight mark is cleared. "" for a commit that ends no write.
 	Wrote string
+	// Epoch is State.Epoch as the worker read it ("": not checked). Under another (a
+	// replay or an activation moved the cursor since), the commit moves no cursor.
+	Epoch string
 
-	DisableAfter      int
+	DisableAfter int
+	// WarnAfter are the counts of rejections in a row at which destination.failing goes
+	// to the outbox, each once per run of failures (config delivery.warn_after).
+	WarnAfter         []int
 	ChannelRetention  time.Duration
 	AttemptsRetention time.Duration
 }
@@ -45,6 +52,17 @@ type Committed struct {
 	Sequence int64  // the destination channel's sequence after the commit
 	Cursor   string // the stored cursor after the commit: past this message when an
 	// activation skipped the events that arrived while the destination was stopped
+	Warned bool // this commit wrote destination.failing to the outbox
+}
+
+// Failing is what a card shows once the rejections in a row reached a warning
+// threshold: the count and how many more disable the destination (null after a
+// delivery or an activation).
+type Failing struct {
+	At                  time.Time `json:"at"`
+	ConsecutiveFailures int       `json:"consecutive_failures"`
+	RejectionsLeft      int       `json:"rejections_left"`
+	Message             string    `json:"message"` // the last failure in words
 }
 
 // MaxFailureText is the most bytes of a failure sentence or a disable reason the store
@@ -77,6 +95,7 @@ local now_ms, iso = tonumber(ARGV[7]), ARGV[8]
 local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local dest_id, is_test = ARGV[12], ARGV[13] == '1'
 local acct, connector, notice_id, wrote = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
+local epoch, warn_after = ARGV[18], ARGV[19]
 if token ~= '0' and redis.call('HGET', KEYS[1], 'lease_token') ~= token then
   return redis.error_reply('STALE lease token superseded')
 end
@@ -87,7 +106,8 @@ if wrote ~= '' then
 end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
-if cursor ~= '' and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then
+local same_epoch = epoch == '' or (redis.call('HGET', KEYS[1], 'epoch') or '0') == epoch
+if cursor ~= '' and same_epoch and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then
   redis.call('HSET', KEYS[1], 'cursor', cursor)
 end
 if kind == 'skip' then
@@ -98,6 +118,7 @@ local etype
 local fields = {destination = dest_id, event_id = event_id, message_id = message_id, message = message, test = is_test}
 if kind == 'delivered' then
   failures = 0
+  redis.call('HDEL', KEYS[1], 'failing') -- the run of failures ends
   redis.call('HSET', KEYS[1], 'last_delivery', cjson.encode({at = iso, event_id = event_id}))
   etype = 'delivery.succeeded'
 elseif kind == 'rejected' then
@@ -113,6 +134,23 @@ else
 end
 fields.class = kind
 redis.call('HSET', KEYS[1], 'consecutive_failures', failures)
+-- A warning threshold reached: destination.failing, once per threshold per run of
+-- failures (a delivery or an activation ends the run; the count only climbs by one).
+local warned = 0
+if kind == 'rejected' and status == 'active' and failures < disable_after then
+  for t in string.gmatch(warn_after, '%d+') do
+    if tonumber(t) == failures then
+      local failing = {at = iso, consecutive_failures = failures, rejections_left = disable_after - failures, message = message}
+      redis.call('HSET', KEYS[1], 'failing', cjson.encode(failing))
+      local body = cjson.encode({id = notice_id, type = 'destination.failing', destination = dest_id, account = acct,
+        connector = connector, at = iso, reason = failures .. ' rejected attempts in a row; ' .. failing.rejections_left ..
+        ' more disable the destination; last: ' .. message, consecutive_failures = failures,
+        rejections_left = failing.rejections_left, last_failure = dec(redis.call('HGET', KEYS[1], 'last_failure'))})
+      redis.call('XADD', KEYS[7], '*', 'id', notice_id, 'type', 'destination.failing', 'body', body)
+      warned = 1
+    end
+  end
+end
 -- The attempt log: kept longer than channel events, for the card's attempts page.
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('XADD', KEYS[6], n .. '-0', 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
@@ -132,12 +170,13 @@ local disabled = 0
 if kind == 'rejected' and failures >= disable_after and status == 'active' then
   local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
   redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = reason, by = 'rejections'}))
+  redis.call('HDEL', KEYS[1], 'failing')
   announce_disabled(KEYS[7], notice_id, acct, dest_id, connector, iso, reason)
   status = 'disabled'
   disabled = 1
   seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason})
 end
-return {status, disabled, seq, redis.call('HGET', KEYS[1], 'cursor')}
+return {status, disabled, seq, redis.call('HGET', KEYS[1], 'cursor'), warned}
 `)
 
 // Commit records one attempt atomically: the cursor, the count, the last failure or
@@ -159,7 +198,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
-		c.Account, c.Connector, noticeID, c.Wrote,
+		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter),
 	).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):
@@ -173,5 +212,17 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	disabled, _ := res[1].(int64)
 	seq, _ := res[2].(int64)
 	cursor, _ := res[3].(string)
-	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq, Cursor: cursor}, nil
+	var warned int64
+	if len(res) > 4 {
+		warned, _ = res[4].(int64)
+	}
+	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq, Cursor: cursor, Warned: warned == 1}, nil
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }

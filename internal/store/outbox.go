@@ -22,6 +22,10 @@ type OperatorEvent struct {
 	At          time.Time `json:"at"` // when the destination was disabled
 	Reason      string    `json:"reason"`
 	LastFailure *Failure  `json:"last_failure"` // the card's: null when it has none
+	// On destination.failing: the rejections in a row so far and how many more disable
+	// the destination.
+	ConsecutiveFailures int `json:"consecutive_failures,omitempty"`
+	RejectionsLeft      int `json:"rejections_left,omitempty"`
 }
 
 // OutboxEntry is one operator event waiting in an account's outbox.

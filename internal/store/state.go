@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,9 +58,16 @@ type State struct {
 	LastFailure         *Failure
 	LastDelivery        *Delivery
 	Disabled            *DisabledInfo
+	Failing             *Failing // a warning threshold reached in this run of failures
 	ExternalID          string
 	Fingerprint         string
 	Sequence            int64 // last sequence of the destination's channel
+	// Epoch changes each time the cursor is moved by hand (a replay, an activation):
+	// a write begun or a commit made under an older epoch moves no cursor.
+	Epoch string
+	// ReplayFrom is the cursor a replay asked for while the destination was not active:
+	// its activation starts delivering after it.
+	ReplayFrom string
 }
 
 // Ref names one destination and its account (the key hash tag). Connector is carried
@@ -97,11 +105,16 @@ func (s *Store) LoadState(ctx context.Context, r Ref) (State, error) {
 func stateFrom(h map[string]string) State {
 	st := State{
 		Status: h["status"], Cursor: h["cursor"], ExternalID: h["external_id"], Fingerprint: h["fingerprint"],
+		Epoch: h["epoch"], ReplayFrom: h["replay_from"],
+	}
+	if st.Epoch == "" {
+		st.Epoch = "0"
 	}
 	st.ConsecutiveFailures, _ = strconv.Atoi(h["consecutive_failures"])
 	unmarshalIf(h["last_failure"], &st.LastFailure)
 	unmarshalIf(h["last_delivery"], &st.LastDelivery)
 	unmarshalIf(h["disabled"], &st.Disabled)
+	unmarshalIf(h["failing"], &st.Failing)
 	if st.Disabled != nil && st.Disabled.By == "" {
 		st.Disabled.By = DisabledByOperator // stored before "by" was: see disabledBy in luaPrelude
 		if rejectionsReason.MatchString(st.Disabled.Reason) {
@@ -181,10 +194,24 @@ if want == 'paused' then
   redis.call('HSET', KEYS[1], 'status', 'paused')
   etype = 'destination.paused'
 elseif want == 'active' then
-  -- Events that arrived while paused or disabled are not delivered later.
-  local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
-  if last then redis.call('HSET', KEYS[1], 'cursor', last[1]) end
+  local since = ARGV[12]
+  if (since == 'since_disabled' and status ~= 'disabled') or (since == 'since_paused' and status ~= 'paused') then
+    return redis.error_reply('MISMATCH the destination is ' .. status)
+  end
+  local replay_from = redis.call('HGET', KEYS[1], 'replay_from')
+  if replay_from then
+    -- A replay asked for while not active starts now.
+    redis.call('HSET', KEYS[1], 'cursor', replay_from)
+    redis.call('HDEL', KEYS[1], 'replay_from')
+  elseif since == '' then
+    -- Events that arrived while paused or disabled are not delivered later.
+    local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
+    if last then redis.call('HSET', KEYS[1], 'cursor', last[1]) end
+  end
+  -- since_disabled / since_paused: the cursor stays where delivery stopped.
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
   redis.call('HSET', KEYS[1], 'status', 'active', 'consecutive_failures', 0)
+  redis.call('HDEL', KEYS[1], 'failing')
   redis.call('HDEL', KEYS[1], 'disabled')
   etype = 'destination.activated'
 else
@@ -210,6 +237,24 @@ type StatusChange struct {
 	// as in flight (the longest a write may take); 0: DefaultWriteWindow.
 	WriteWindow      time.Duration
 	ChannelRetention time.Duration
+	// Since, on an activation: "" (deliver what arrives from now on), SinceDisabled or
+	// SincePaused (resume from where delivery stopped: what arrived meanwhile is sent,
+	// in order). Naming a status the destination does not have is ErrSinceMismatch.
+	Since string
+}
+
+// What an activation resumes from (StatusChange.Since).
+const (
+	SinceDisabled = "since_disabled"
+	SincePaused   = "since_paused"
+)
+
+// ErrSinceMismatch is returned for an activation with Since naming a status the
+// destination does not have (since_disabled on a paused one).
+type ErrSinceMismatch struct{ Status string }
+
+func (e ErrSinceMismatch) Error() string {
+	return "the destination is " + e.Status + ", not what the replay names"
 }
 
 // DefaultWriteWindow is the longest a write may take (dispatch's send timeout) plus a
@@ -240,6 +285,9 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 	if c.Status != Active && c.Status != Paused && c.Status != Disabled {
 		return StatusResult{}, fmt.Errorf("unknown status %q", c.Status)
 	}
+	if c.Since != "" && (c.Status != Active || (c.Since != SinceDisabled && c.Since != SincePaused)) {
+		return StatusResult{}, fmt.Errorf("unknown activation %q", c.Since)
+	}
 	if c.WriteWindow <= 0 {
 		c.WriteWindow = DefaultWriteWindow
 	}
@@ -256,8 +304,10 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account))
 	res, err := statusScript.Run(ctx, s.rdb, keys, c.Status, now.UnixMilli(), now.Add(-c.ChannelRetention).UnixMilli(),
 		now.UTC().Format(time.RFC3339Nano), boundText(c.Reason), r.ID, r.Account, r.Connector, noticeID, operator,
-		c.WriteWindow.Milliseconds()).Int64Slice()
+		c.WriteWindow.Milliseconds(), c.Since).Int64Slice()
 	switch {
+	case redis.HasErrorPrefix(err, "MISMATCH"):
+		return StatusResult{}, ErrSinceMismatch{Status: strings.TrimPrefix(err.Error(), "MISMATCH the destination is ")}
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
 		return StatusResult{}, ErrUnknownDestination
 	case redis.HasErrorPrefix(err, "FORBIDDEN"):
@@ -269,13 +319,15 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 }
 
 var beginScript = redis.NewScript(luaPrelude + `
-local token, entry, now_ms = ARGV[1], ARGV[2], ARGV[3]
+local token, entry, now_ms, epoch = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if redis.call('HGET', KEYS[1], 'lease_token') ~= token then
   return redis.error_reply('STALE lease token superseded')
 end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
 if status ~= 'active' then return status end
+-- A replay or an activation moved the cursor since the worker read it.
+if epoch ~= '' and (redis.call('HGET', KEYS[1], 'epoch') or '0') ~= epoch then return 'moved' end
 -- An activation meanwhile moved the cursor past this entry: it is not to be sent.
 if not id_after(entry, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then return 'skipped' end
 redis.call('HSET', KEYS[1], 'writing', entry .. '|' .. now_ms)
@@ -288,10 +340,12 @@ return 'ok'
 // (no write starts) or sees this write as in flight. It returns "ok", or the reason
 // the write must not start: the status ("paused", "disabled") or "skipped" (an
 // activation moved the cursor past entry); ErrStaleLease when token is not the lease's.
-// The commit of the write clears the mark (Commit.Wrote).
-func (s *Store) BeginWrite(ctx context.Context, r Ref, token int64, entry string) (string, error) {
+// The commit of the write clears the mark (Commit.Wrote). epoch is State.Epoch as the
+// worker read it ("" not checked): under another, the answer is "moved" (a replay or
+// an activation moved the cursor; the worker reads it again).
+func (s *Store) BeginWrite(ctx context.Context, r Ref, token int64, entry, epoch string) (string, error) {
 	res, err := beginScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID)},
-		strconv.FormatInt(token, 10), entry, time.Now().UnixMilli()).Text()
+		strconv.FormatInt(token, 10), entry, time.Now().UnixMilli(), epoch).Text()
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):
 		return "", ErrStaleLease

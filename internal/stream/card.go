@@ -23,10 +23,16 @@ type Card struct {
 	LastFailure         *store.Failure      `json:"last_failure"`
 	LastDelivery        *store.Delivery     `json:"last_delivery"`
 	Disabled            *store.DisabledInfo `json:"disabled"`
-	Sequence            int64               `json:"sequence"`
+	// Failing: the rejections in a row reached a warning threshold (delivery.warn_after)
+	// and how many more disable the destination; null otherwise.
+	Failing  *store.Failing `json:"failing"`
+	Sequence int64          `json:"sequence"`
 	// Lag is how far behind the destination is, on the cards the destination calls
 	// answer (GET, list, pause, activate); snapshots and channel events leave it out.
 	Lag *Lag `json:"lag,omitempty"`
+	// ReplayableFrom is the oldest point a replay may start from (the account log's
+	// retention), on the same cards as Lag.
+	ReplayableFrom *time.Time `json:"replayable_from,omitempty"`
 }
 
 // Lag is a card's measure of how far behind its account's log the destination is.
@@ -46,7 +52,7 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 		ID: d.ID, Connector: string(d.Connector), Account: d.Account, Status: st.Status,
 		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID),
 		ConsecutiveFailures: st.ConsecutiveFailures, LastFailure: st.LastFailure,
-		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Sequence: st.Sequence,
+		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Failing: st.Failing, Sequence: st.Sequence,
 	}
 	if d.Connector.IsAWS() {
 		ext := st.ExternalID
@@ -66,10 +72,11 @@ type CardState struct {
 	LastFailure         *store.Failure      `json:"last_failure"`
 	LastDelivery        *store.Delivery     `json:"last_delivery"`
 	Disabled            *store.DisabledInfo `json:"disabled"`
+	Failing             *store.Failing      `json:"failing"`
 }
 
 // Apply replaces the card's state fields with st.
 func (c *Card) Apply(st CardState) {
 	c.Status, c.ConsecutiveFailures = st.Status, st.ConsecutiveFailures
-	c.LastFailure, c.LastDelivery, c.Disabled = st.LastFailure, st.LastDelivery, st.Disabled
+	c.LastFailure, c.LastDelivery, c.Disabled, c.Failing = st.LastFailure, st.LastDelivery, st.Disabled, st.Failing
 }

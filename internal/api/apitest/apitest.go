@@ -72,6 +72,10 @@ func Config() *config.Config {
 	}
 }
 
+// LogRetention is how long the rig's account logs are said to keep events: the oldest
+// point a replay may start from.
+const LogRetention = 24 * time.Hour
+
 // Delivery holds timings small enough for tests.
 func Delivery() config.Delivery {
 	return config.Delivery{
@@ -166,7 +170,8 @@ func New(t testing.TB, opts Options) *Rig {
 	}
 	disp := dispatch.New(dispatch.Options{
 		Store: st, Delivery: cfg.Delivery, Accounts: cfg.Accounts, Poll: 20 * time.Millisecond, Metrics: metrics,
-		Sinks: map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
+		LogRetention: LogRetention,
+		Sinks:        map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
 	})
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(api.NewQueueDepth(st, disp.Held))

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ReplayPoint is where a replay starts: after every event stored before From, or after
+// the event AfterEvent (a ce-id). Exactly one is set.
+type ReplayPoint struct {
+	From       time.Time
+	AfterEvent string
+}
+
+// Replay asks for a destination's events from a point of its account's log again.
+type Replay struct {
+	Ref
+	Point ReplayPoint
+	// Oldest is the oldest point still replayable (the log's retention); an older one
+	// is ErrTooOld.
+	Oldest            time.Time
+	ChannelRetention  time.Duration
+	AttemptsRetention time.Duration
+}
+
+// Replayed is what a replay did.
+type Replayed struct {
+	Cursor   string // the log id delivery restarts after ("0-0": the start of the log)
+	Pending  bool   // the destination is not active: the replay starts when it is activated
+	Sequence int64  // the destination channel's sequence after destination.replayed
+}
+
+// ErrTooOld is returned for a replay point older than the log keeps.
+type ErrTooOld struct{ Oldest time.Time }
+
+func (e ErrTooOld) Error() string {
+	return "the replay point is older than the log keeps; the oldest still replayable is " +
+		e.Oldest.UTC().Format(time.RFC3339)
+}
+
+// ErrNoSuchEvent is returned for a replay after an event the account's log does not
+// hold (never received, or older than the log keeps).
+var ErrNoSuchEvent = errors.New("the account's log holds no event with that id")
+
+var replayScript = redis.NewScript(luaPrelude + `
+local now_ms, cutoff, iso, point, dest_id = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6]
+local from_ms, after_id = ARGV[7], ARGV[8]
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
+local target
+if from_ms ~= '' then
+  -- After the last entry stored before from_ms, or the start of the log.
+  local prev = redis.call('XREVRANGE', KEYS[6], '(' .. from_ms .. '-0', '-', 'COUNT', 1)[1]
+  target = '0-0'
+  if prev then target = prev[1] end
+elseif #redis.call('XRANGE', KEYS[6], after_id, after_id) == 0 then
+  return redis.error_reply('NOSUCH the entry was trimmed')
+else
+  target = after_id
+end
+local pending = 0
+if status == 'active' then
+  -- Only back: events past the cursor are to be delivered anyway.
+  if id_after(redis.call('HGET', KEYS[1], 'cursor') or '0-0', target) then
+    redis.call('HSET', KEYS[1], 'cursor', target)
+  end
+  -- A write begun or committed under the old epoch moves the cursor no more.
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  redis.call('HDEL', KEYS[1], 'replay_from')
+else
+  redis.call('HSET', KEYS[1], 'replay_from', target)
+  pending = 1
+end
+local message = 'replay ' .. point .. ' asked for'
+if pending == 1 then message = message .. '; it starts when the destination is activated' end
+local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('XADD', KEYS[7], n .. '-0', 'at', now_ms, 'event_id', '', 'outcome', 'replayed', 'message', message)
+local seq = emit_both('destination.replayed', now_ms, cutoff,
+  {destination = dest_id, point = point, cursor = target, pending = pending == 1, message = message})
+return {target, pending, seq}
+`)
+
+// Replay moves a destination's cursor back to a point of its account's log, in one
+// Redis step fenced like a status change: everything after it is delivered again, in
+// log order, before newer events (a write begun before the replay may still land; no
+// write under the old cursor starts after it). On a destination not active the point is
+// kept and the activation starts from it. The replay is a destination.replayed event on
+// the destination's channels and a line ("replayed") in its attempt log.
+func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
+	p := r.Point
+	var fromMS, afterID, point string
+	switch {
+	case p.AfterEvent != "":
+		id, err := s.findEvent(ctx, r.Account, p.AfterEvent)
+		if err != nil {
+			return Replayed{}, err
+		}
+		if EntryTime(id).Before(r.Oldest) {
+			return Replayed{}, ErrTooOld{Oldest: r.Oldest}
+		}
+		afterID, point = id, "after event "+p.AfterEvent
+	case p.From.Before(r.Oldest):
+		return Replayed{}, ErrTooOld{Oldest: r.Oldest}
+	default:
+		fromMS, point = strconv.FormatInt(p.From.UnixMilli(), 10), "from "+p.From.UTC().Format(time.RFC3339Nano)
+	}
+	now := time.Now()
+	keys := append(r.chanKeys(), logKey(r.Account), attemptsKey(r.Account, r.ID))
+	res, err := replayScript.Run(ctx, s.rdb, keys, "" /* unused */, now.UnixMilli(), now.Add(-r.ChannelRetention).UnixMilli(),
+		now.UTC().Format(time.RFC3339Nano), point, r.ID, fromMS, afterID).Slice()
+	switch {
+	case redis.HasErrorPrefix(err, "UNKNOWN"):
+		return Replayed{}, ErrUnknownDestination
+	case redis.HasErrorPrefix(err, "NOSUCH"):
+		return Replayed{}, ErrNoSuchEvent
+	case err != nil:
+		return Replayed{}, err
+	}
+	cursor, _ := res[0].(string)
+	pending, _ := res[1].(int64)
+	seq, _ := res[2].(int64)
+	return Replayed{Cursor: cursor, Pending: pending == 1, Sequence: seq}, nil
+}
+
+// findEvent is the log id of the newest entry of acct's log with that ce-id, read from
+// the newest back (a replay point is most often recent).
+func (s *Store) findEvent(ctx context.Context, acct, ceID string) (string, error) {
+	end := "+"
+	for {
+		msgs, err := s.rdb.XRevRangeN(ctx, logKey(acct), end, "-", 512).Result()
+		if err != nil {
+			return "", err
+		}
+		for _, m := range msgs {
+			if v, _ := m.Values["event_id"].(string); v == ceID {
+				return m.ID, nil
+			}
+		}
+		if len(msgs) < 512 {
+			return "", ErrNoSuchEvent
+		}
+		end = "(" + msgs[len(msgs)-1].ID
+	}
+}
