@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mercamap/relay/internal/jsonscan"
 )
 
 // Event is one CloudEvent read from a delivery.
@@ -124,7 +126,7 @@ func FromAMQP(headers map[string]any, body []byte) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	return e.withBody(headers, body, json.Valid(body))
+	return e.withBody(headers, body, jsonscan.Valid(body))
 }
 
 // FromAMQPChecked is FromAMQP for a caller that has already run json.Valid on the

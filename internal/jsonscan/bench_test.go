@@ -51,3 +51,24 @@ func BenchmarkVerbatim(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkValid compares Valid with json.Valid, which it stands in for.
+func BenchmarkValid(b *testing.B) {
+	docs := benchDocs(b)
+	for _, name := range []string{"long-string", "dense"} {
+		for _, v := range []struct {
+			name  string
+			valid func([]byte) bool
+		}{{"encoding-json", json.Valid}, {"jsonscan", jsonscan.Valid}} {
+			b.Run(name+"/"+v.name, func(b *testing.B) {
+				doc := docs[name]
+				b.SetBytes(int64(len(doc)))
+				for b.Loop() {
+					if !v.valid(doc) {
+						b.Fatal("not valid")
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,7 +1,8 @@
-// Package jsonscan reads JSON text, already checked with json.Valid, without decoding
-// it: one object member, one string, or whether json.Marshal would copy the text
-// unchanged. It builds nothing and never validates; on text that is not valid JSON
-// its answers mean nothing, but it never panics.
+// Package jsonscan reads JSON text without decoding it: whether it is valid (Valid,
+// exactly json.Valid's answer, faster), and, for text already found valid, one object
+// member, one string, or whether json.Marshal would copy the text unchanged. Those
+// readers build nothing and never validate; on text that is not valid JSON their
+// answers mean nothing, but they never panic.
 package jsonscan
 
 import (

@@ -1,8 +1,6 @@
 package signature
 
 import (
-	"encoding/json"
-
 	"github.com/mercamap/relay/internal/jsonscan"
 )
 
@@ -12,7 +10,7 @@ import (
 // the last duplicate wins, and any decoding error (invalid JSON, a number beyond
 // float64) yields "".
 func JobID(body []byte) string {
-	if !json.Valid(body) {
+	if !jsonscan.Valid(body) {
 		return ""
 	}
 	return string(validJobID(body))

@@ -5,12 +5,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"fmt"
 	"hash"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/mercamap/relay/internal/jsonscan"
 )
 
 // Reason says why a message failed verification; it is stable enough to be a
@@ -109,7 +110,7 @@ func (v Verifier) Verify(m Message) error {
 // Verified is what VerifyBody read of a verified message's body.
 type Verified struct {
 	JobID    string // JobID(m.Body): the jobId the signature binds
-	BodyJSON bool   // json.Valid(m.Body)
+	BodyJSON bool   // jsonscan.Valid(m.Body), which is json.Valid(m.Body)
 }
 
 // VerifyBody is Verify for a caller that needs the body's jobId or JSON validity
@@ -124,7 +125,7 @@ func (v Verifier) VerifyBody(m Message) (Verified, error) {
 }
 
 // verify is Verify; past the header checks it also returns JobID(m.Body), as a
-// slice of the body when it has no escapes, and json.Valid(m.Body).
+// slice of the body when it has no escapes, and jsonscan.Valid(m.Body), which is json.Valid(m.Body).
 func (v Verifier) verify(m Message) (jobID []byte, bodyJSON bool, err error) {
 	if m.Signature == "" {
 		return nil, false, &Error{MissingSignature, "no x-message-signature header"}
@@ -151,7 +152,7 @@ func (v Verifier) verify(m Message) (jobID []byte, bodyJSON bool, err error) {
 	}
 
 	// The body's one validation pass: Fetcher signs an empty jobId for a body it cannot decode.
-	if bodyJSON = json.Valid(m.Body); bodyJSON {
+	if bodyJSON = jsonscan.Valid(m.Body); bodyJSON {
 		jobID = validJobID(m.Body)
 	}
 	s := scratchPool.Get().(*scratch)
