@@ -12,6 +12,7 @@ targets=(
 	"./internal/destination FuzzParseARN"
 	"./internal/sinks/kinesis FuzzFlatten"
 	"./internal/jsonscan FuzzMember"
+	"./internal/jsonscan FuzzValid"
 	"./internal/dispatch FuzzStoreID"
 	"./internal/destination FuzzBody"
 	"./internal/ingest FuzzHeaderFilter"
