@@ -187,7 +187,12 @@ func TestDisableSaysWhichWriteWasInFlightAndNoneStartsAfter(t *testing.T) {
 		return len(a["attempts"].([]any)) == 1
 	})
 	// The worker's next step is refused; the stream's own writes show the dispatcher moved on.
-	apitest.WaitFor(t, 10*time.Second, "the stream's deliveries", func() bool { return len(r.Sink.Delivered("orders-topic")) == len(ids) })
+	// Its last write is in flight until its commit, which the sink returning does not
+	// wait for: the attempt log, written by the commit, shows the stream is idle.
+	apitest.WaitFor(t, 10*time.Second, "the stream's deliveries committed", func() bool {
+		a := call(t, "GET", r.URL+fmt.Sprintf(dests, "pubsub")+"/orders-topic/attempts", apitest.AdminToken, "").json(t)
+		return len(r.Sink.Delivered("orders-topic")) == len(ids) && len(a["attempts"].([]any)) == len(ids)
+	})
 	if got := r.Sink.Delivered("orders-bus"); len(got) != 1 || got[0] != ids[0] {
 		t.Fatalf("written to the disabled bus: %v, want only the write in flight %s", got, ids[0])
 	}
