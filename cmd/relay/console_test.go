@@ -204,9 +204,11 @@ func TestConsoleInChromium(t *testing.T) {
 	// Disable, as an operator, shows its cascade before anything changes.
 	r.open(admin, "eventbridge")
 	r.waitLive(admin, "other-bus")
+	// Its role is not set up: pending, until the disable.
+	before := r.evalString(admin, `document.querySelector('article[data-id="other-bus"]').dataset.status`)
 	r.click(admin, `article[data-id="other-bus"] button.disable`)
 	r.waitJS(admin, `document.getElementById('disable-dialog').open && document.querySelectorAll('#disable-list li').length === 1`, "the disable dialog")
-	if s := r.evalString(admin, `document.querySelector('article[data-id="other-bus"]').dataset.status`); s != "active" {
+	if s := r.evalString(admin, `document.querySelector('article[data-id="other-bus"]').dataset.status`); s != before || s != "pending" {
 		t.Errorf("other-bus is %s before the disable is confirmed", s)
 	}
 	r.shot(admin, "disable-dialog")
@@ -293,6 +295,7 @@ gcp: {pubsub_endpoint: %s}
 delivery:
   lease_ttl: 1s
   not_taken_backoff: {initial: 10ms, max: 200ms}
+  setup_check: {initial: 20ms, max: 200ms}  # a pending destination is checked again soon
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
   - {id: acct_2, tenants: [another-tenant]}

@@ -73,6 +73,7 @@ aws:
   endpoints: {sts: %s, events: %s}
 delivery:
   not_taken_backoff: {initial: 10ms, max: 200ms}
+  setup_check: {initial: 20ms, max: 200ms}  # a pending destination is checked again soon
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
 destinations:

@@ -65,6 +65,7 @@ aws:
   endpoints: {sts: %s, events: %s}
 delivery:
   not_taken_backoff: {initial: 10ms, max: 100ms}
+  setup_check: {initial: 20ms, max: 200ms}  # a pending destination is checked again soon
   operator_events_exchange: %s
   warn_after: []  # this test follows the disable's event alone
 accounts:
@@ -100,6 +101,15 @@ destinations:
 	defer st.Close()
 	ctx := context.Background()
 	ref := store.Ref{Account: "acct_1", ID: "orders-bus"}
+	// New, so pending while STS does not answer: an operator activates it by hand (what
+	// POST …/activate does), so its rejections count and can disable it.
+	waitUntil(t, 30*time.Second, "the destination stored, pending", func() bool {
+		s, err := st.LoadState(ctx, ref)
+		return err == nil && s.Status == store.Pending
+	})
+	if _, err := st.ChangeStatus(ctx, store.StatusChange{Ref: ref, Status: store.Active, Operator: true}); err != nil {
+		t.Fatal(err)
+	}
 	conn, ch := brokerChannel(t, amqpURL, queue)
 	waitConsumers(t, conn, queue, 1)
 	if err := ch.Confirm(false); err != nil {

@@ -73,6 +73,7 @@ aws:
 delivery:
   lease_ttl: 1s
   not_taken_backoff: {initial: 10ms, max: 200ms}
+  setup_check: {initial: 20ms, max: 200ms}  # a pending destination is checked again soon
 `, amqpURL, exchange, queue, redisURL, sts.URL, bus.URL)
 	oneAccount := base + `
 accounts:

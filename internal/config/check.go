@@ -345,6 +345,12 @@ func (p *parser) checkDelivery(d *Delivery) {
 	if d.NotTakenBackoff.Max < d.NotTakenBackoff.Initial {
 		p.add("delivery.not_taken_backoff.max", "%s is shorter than initial (%s)", d.NotTakenBackoff.Max, d.NotTakenBackoff.Initial)
 	}
+	if d.SetupCheck.Initial <= 0 {
+		p.add("delivery.setup_check.initial", "must be more than 0")
+	}
+	if d.SetupCheck.Max < d.SetupCheck.Initial {
+		p.add("delivery.setup_check.max", "%s is shorter than initial (%s)", d.SetupCheck.Max, d.SetupCheck.Initial)
+	}
 	if d.DisableAfter < 1 {
 		p.add("delivery.disable_after", "must be at least 1 rejected attempt")
 	}

@@ -158,8 +158,11 @@ type GCP struct {
 // Delivery holds the timings and limits of delivery.
 type Delivery struct {
 	NotTakenBackoff Backoff
-	MaxMessageAge   time.Duration
-	DisableAfter    int
+	// SetupCheck is how often a pending destination's setup check runs: every Initial
+	// (a minute), doubling up to Max while it fails.
+	SetupCheck    Backoff
+	MaxMessageAge time.Duration
+	DisableAfter  int
 	// WarnAfter are the counts of rejections in a row at which destination.failing goes
 	// out (each once per run of failures), each below DisableAfter.
 	WarnAfter              []int

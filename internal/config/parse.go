@@ -51,6 +51,7 @@ func defaults() *Config {
 		AWS:         AWS{Region: DefaultAWSRegion, Endpoints: map[string]string{}},
 		Delivery: Delivery{
 			NotTakenBackoff:        Backoff{Initial: time.Second, Max: 5 * time.Minute},
+			SetupCheck:             Backoff{Initial: time.Minute, Max: 15 * time.Minute},
 			MaxMessageAge:          72 * time.Hour,
 			DisableAfter:           20,
 			LeaseTTL:               15 * time.Second,
@@ -192,6 +193,12 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 					w.object(v, path, fields{
 						"initial": func(v *yaml.Node, path string) { w.duration(v, path, &d.NotTakenBackoff.Initial) },
 						"max":     func(v *yaml.Node, path string) { w.duration(v, path, &d.NotTakenBackoff.Max) },
+					})
+				},
+				"setup_check": func(v *yaml.Node, path string) {
+					w.object(v, path, fields{
+						"initial": func(v *yaml.Node, path string) { w.duration(v, path, &d.SetupCheck.Initial) },
+						"max":     func(v *yaml.Node, path string) { w.duration(v, path, &d.SetupCheck.Max) },
 					})
 				},
 				"max_message_age": func(v *yaml.Node, path string) { w.duration(v, path, &d.MaxMessageAge) },

@@ -153,6 +153,23 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 		return failures.Outcome{}, err
 	}
 	dest.ExternalID = st.ExternalID
+	checked := false // the setup check ran (and passed) already
+	if st.Status == store.Pending {
+		// A pending destination's test is its setup check, at once: a pass makes it
+		// active (and the test event is written); a failure is answered in the check's
+		// words and counts nothing (no attempt is recorded).
+		passed, msg := d.checkSetup(ctx, dest)
+		now := d.opts.Now().UTC()
+		if _, err := d.opts.Store.SetupChecked(ctx, ref(dest), passed, store.PendingCheck{At: now, Message: msg,
+			NextCheck: now.Add(d.opts.Delivery.SetupCheck.Initial)}, d.opts.Delivery.ChannelRetention); err != nil {
+			return failures.Outcome{}, err
+		}
+		if !passed {
+			return failures.Outcome{Class: failures.Rejected, Message: msg}, nil // counted nowhere: it is pending
+		}
+		d.notify(dest.Account) // its worker starts delivering what waited
+		checked = true
+	}
 	now := d.opts.Now().UTC()
 	eventID := "relay.test." + randomHex(8)
 	data, _ := json.Marshal(map[string]any{"test": true, "message": "a test event sent from the relay; ignore it", "destination": dest.ID})
@@ -162,7 +179,7 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	defer cancel()
 	sink := d.sink(dest)
 	// The whole path: a fresh probe and session, or a fresh label read, before the write.
-	if c, ok := sink.(checker); ok {
+	if c, ok := sink.(checker); ok && !checked {
 		err = c.Check(sendCtx, dest)
 		check := failures.Classify(err)
 		if _, emitErr := d.opts.Store.Emit(ctx, ref(dest), "destination.checked", map[string]any{
@@ -187,6 +204,33 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 		d.announceDisabled(ctx, dest)
 	}
 	return outcome, nil
+}
+
+// checkSetup runs dest's setup check through its sink, if the sink has one (a sink
+// without one passes), and records it as destination.checked: passed, or the sentence
+// that says what is missing.
+func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destination) (passed bool, message string) {
+	c, ok := d.sink(dest).(checker)
+	if !ok {
+		return true, ""
+	}
+	st, err := d.opts.Store.LoadState(ctx, ref(dest))
+	if err != nil {
+		return false, "the setup check did not run: " + err.Error()
+	}
+	dest.ExternalID = st.ExternalID
+	checkCtx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	check := failures.Classify(c.Check(checkCtx, dest))
+	if _, err := d.opts.Store.Emit(ctx, ref(dest), "destination.checked", map[string]any{
+		"destination": dest.ID, "class": string(check.Class), "message": check.Message, "setup": true,
+	}, d.opts.Delivery.ChannelRetention); err != nil {
+		d.opts.Logger.Warn("destination.checked not recorded", "destination", dest.ID, "error", err)
+	}
+	if check.Class == failures.Delivered {
+		return true, ""
+	}
+	return false, check.Message
 }
 
 // checker is a Sink that can check its destination's setup on demand: the AWS sinks

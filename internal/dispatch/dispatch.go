@@ -87,6 +87,10 @@ func New(opts Options) *Dispatcher {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Delivery.SetupCheck.Initial <= 0 {
+		opts.Delivery.SetupCheck.Initial = time.Minute
+	}
+	opts.Delivery.SetupCheck.Max = max(opts.Delivery.SetupCheck.Max, opts.Delivery.SetupCheck.Initial)
 	if opts.MaxActive <= 0 {
 		opts.MaxActive = 256
 	}

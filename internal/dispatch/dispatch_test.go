@@ -71,6 +71,7 @@ type rig struct {
 func delivery() config.Delivery {
 	return config.Delivery{
 		NotTakenBackoff: config.Backoff{Initial: time.Millisecond, Max: 8 * time.Millisecond},
+		SetupCheck:      config.Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond},
 		MaxMessageAge:   time.Hour, DisableAfter: 20, WarnAfter: []int{5, 15}, LeaseTTL: 900 * time.Millisecond,
 		ChannelRetention: time.Hour, AttemptsRetention: 2 * time.Hour,
 	}
@@ -361,8 +362,8 @@ func TestOperatorDisableCascadesWithinTheSameCloudAccount(t *testing.T) {
 			t.Errorf("%s: %+v, want disabled with a reason", id, st)
 		}
 	}
-	if st := r.state("elsewhere"); st.Status != store.Active {
-		t.Errorf("a destination in another AWS account was disabled too")
+	if st := r.state("elsewhere"); st.Status != store.Pending { // not started: its setup check has not run
+		t.Errorf("a destination in another AWS account was disabled too: %s", st.Status)
 	}
 	notes := r.outbox()
 	var got []string
@@ -626,14 +627,36 @@ func TestSendATestChecksTheSetupFirstAndWritesNothingWhenItFails(t *testing.T) {
 	if sink.checks.Load() != 1 || len(sink.got("orders")) != 0 {
 		t.Fatalf("checks %d, writes %v: want one check and no write", sink.checks.Load(), sink.got("orders"))
 	}
+	// The destination is new, so pending: the failed check counts nothing, and the card
+	// says what is missing.
 	types := r.channelTypes(store.DestinationChannel("orders"))
-	if !slices.Equal(types, []string{"destination.checked", "delivery.rejected"}) {
+	if !slices.Equal(types, []string{"destination.checked"}) {
 		t.Fatalf("channel = %v", types)
 	}
+	if st := r.state("orders"); st.Status != store.Pending || st.ConsecutiveFailures != 0 || st.Pending == nil ||
+		st.Pending.Message != out.Message {
+		t.Fatalf("after a failed check: %+v, want pending, nothing counted, the check's sentence", st)
+	}
 
+	// Active destinations' tests count.
 	sink.checkErr = nil
 	if out, err = r.d.Test(context.Background(), "orders"); err != nil || out.Class != failures.Delivered || len(sink.got("orders")) != 1 {
 		t.Fatalf("after the fix: %+v, %v, writes %v", out, err, sink.got("orders"))
+	}
+	if st := r.state("orders"); st.Status != store.Active || st.Pending != nil {
+		t.Fatalf("after a check that passed: %+v, want active", st)
+	}
+	sink.checkErr = failures.NewRejected("the role does not require its ExternalId: any AWS account could use it", nil)
+	if out, err = r.d.Test(context.Background(), "orders"); err != nil || out.Class != failures.Rejected {
+		t.Fatalf("test of an active destination = %+v, %v; want the check's rejection", out, err)
+	}
+	if st := r.state("orders"); st.ConsecutiveFailures != 1 {
+		t.Fatalf("an active destination's failed test: %d in a row, want 1 (it counts)", st.ConsecutiveFailures)
+	}
+	types = r.channelTypes(store.DestinationChannel("orders"))
+	if want := []string{"destination.checked", "destination.checked", "destination.activated", "delivery.succeeded",
+		"destination.checked", "delivery.rejected"}; !slices.Equal(types, want) {
+		t.Fatalf("channel = %v, want %v", types, want)
 	}
 }
 

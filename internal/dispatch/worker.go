@@ -32,6 +32,10 @@ type worker struct {
 	backoff  time.Duration // its next backoff
 	status   string        // the status the last pass found ("" before the first)
 	epoch    string        // the state's epoch the pass read: writes and commits are fenced by it
+	// nextCheck is when a pending destination's setup check runs next (zero: at once),
+	// checkEvery the wait after the next failure.
+	nextCheck  time.Time
+	checkEvery time.Duration
 }
 
 // hold takes a pass slot, waiting for one; false when ctx ended first.
@@ -152,6 +156,13 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 		log.Warn("cannot load destination state", "error", err)
 		return true, nil
 	}
+	if st.Status == store.Pending {
+		w.status = st.Status
+		if !w.d.opts.Now().Before(w.nextCheck) {
+			w.checkSetup(ctx, log)
+		}
+		return true, nil
+	}
 	if st.Status != store.Active {
 		if w.status == store.Active {
 			log.Info("deliveries stopped: the destination is not active", "status", st.Status)
@@ -171,6 +182,33 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 		return true, nil
 	}
 	return false, w.deliverAll(ctx, dest, entries)
+}
+
+// checkSetup runs a pending destination's setup check (probe and session for AWS, the
+// label read for Pub/Sub) and records it: the first that passes makes it active, and
+// the next pass delivers from the point it was added. A failure counts nothing; the
+// next check runs after delivery.setup_check, doubling up to its max.
+func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) {
+	cfg := w.d.opts.Delivery.SetupCheck
+	if w.checkEvery == 0 {
+		w.checkEvery = cfg.Initial
+	}
+	passed, msg := w.d.checkSetup(ctx, w.dest)
+	now := w.d.opts.Now()
+	next := now.Add(w.checkEvery)
+	status, err := w.d.opts.Store.SetupChecked(ctx, ref(w.dest), passed,
+		store.PendingCheck{At: now.UTC(), Message: msg, NextCheck: next.UTC()}, w.d.opts.Delivery.ChannelRetention)
+	if err != nil {
+		log.Warn("setup check not recorded", "error", err)
+		return
+	}
+	if passed {
+		log.Info("setup check passed; the destination is active", "status", status)
+		w.nextCheck, w.checkEvery = time.Time{}, 0
+		return
+	}
+	log.Info("setup check failed; the destination stays pending", "message", msg, "next_check", next)
+	w.nextCheck, w.checkEvery = next, min(2*w.checkEvery, cfg.Max)
 }
 
 // deliverAll takes entries in order; it returns early when the destination stops.

@@ -24,6 +24,9 @@ func TestALongFailureIsStoredBoundedWithItsHead(t *testing.T) {
 	if _, err := st.Ensure(ctx, r, "ext-1", "fp", time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := st.SetupChecked(ctx, r, true, PendingCheck{}, time.Hour); err != nil { // its role is set up
+		t.Fatal(err)
+	}
 	token, err := st.AcquireLease(ctx, r, "replica", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +59,8 @@ func TestALongFailureIsStoredBoundedWithItsHead(t *testing.T) {
 	}
 	bounded("the disable reason", state.Disabled.Reason, MaxFailureText+100)
 	page, err := st.ReadChannel(ctx, r.Account, DestinationChannel(r.ID), 0, 100)
-	if err != nil || len(page.Events) != 3 {
-		t.Fatalf("channel: %d events, %v; want 3", len(page.Events), err)
+	if err != nil || len(page.Events) != 4 { // destination.activated, two rejections, the disable
+		t.Fatalf("channel: %d events, %v; want 4", len(page.Events), err)
 	}
 	for _, ev := range page.Events {
 		bounded("channel event "+ev.Type, string(ev.Data), 4*MaxFailureText)

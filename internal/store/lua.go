@@ -11,9 +11,10 @@ end
 
 -- card_state is the part of a card a channel event carries: a watcher applies it whole.
 local function card_state(destkey)
-  local h = redis.call('HMGET', destkey, 'status', 'consecutive_failures', 'last_failure', 'last_delivery', 'disabled', 'failing')
+  local h = redis.call('HMGET', destkey, 'status', 'consecutive_failures', 'last_failure', 'last_delivery', 'disabled', 'failing', 'pending')
   return {status = h[1] or 'active', consecutive_failures = tonumber(h[2] or '0'),
-          last_failure = dec(h[3]), last_delivery = dec(h[4]), disabled = dec(h[5]), failing = dec(h[6])}
+          last_failure = dec(h[3]), last_delivery = dec(h[4]), disabled = dec(h[5]), failing = dec(h[6]),
+          pending = dec(h[7])}
 end
 
 -- emit appends one event to a channel with the next gap-free sequence. Every 32nd

@@ -18,6 +18,9 @@ const (
 	Active   = "active"
 	Paused   = "paused"
 	Disabled = "disabled"
+	// Pending: added by config, its setup check not passed yet. Nothing is written or
+	// counted; the first check that passes makes it active (SetupChecked).
+	Pending = "pending"
 )
 
 // Failure is the last failure a card shows.
@@ -68,6 +71,8 @@ type State struct {
 	// ReplayFrom is the cursor a replay asked for while the destination was not active:
 	// its activation starts delivering after it.
 	ReplayFrom string
+	// Pending is the last setup check of a pending destination (nil otherwise).
+	Pending *PendingCheck
 }
 
 // Ref names one destination and its account (the key hash tag). Connector is carried
@@ -115,6 +120,7 @@ func stateFrom(h map[string]string) State {
 	unmarshalIf(h["last_delivery"], &st.LastDelivery)
 	unmarshalIf(h["disabled"], &st.Disabled)
 	unmarshalIf(h["failing"], &st.Failing)
+	unmarshalIf(h["pending"], &st.Pending)
 	if st.Disabled != nil && st.Disabled.By == "" {
 		st.Disabled.By = DisabledByOperator // stored before "by" was: see disabledBy in luaPrelude
 		if rejectionsReason.MatchString(st.Disabled.Reason) {
@@ -141,11 +147,12 @@ func unmarshalIf[T any](s string, dst **T) {
 var ensureScript = redis.NewScript(luaPrelude + `
 local now_ms, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
-  -- First sight: deliver what arrives from now on.
+  -- First sight: pending until its setup check passes; then it delivers what arrived
+  -- from this point on.
   local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
   local cursor = '0-0'
   if last then cursor = last[1] end
-  redis.call('HSET', KEYS[1], 'status', 'active', 'cursor', cursor, 'consecutive_failures', 0,
+  redis.call('HSET', KEYS[1], 'status', 'pending', 'cursor', cursor, 'consecutive_failures', 0,
              'external_id', ARGV[1], 'fingerprint', ARGV[2])
   return 'new'
 end
@@ -158,7 +165,8 @@ return 'same'
 `)
 
 // Ensure makes a destination's state exist: on first sight it issues the ExternalId
-// (never changed after) and starts its cursor at the end of the account's log. A
+// (never changed after), starts its cursor at the end of the account's log, and makes
+// it Pending (SetupChecked activates it). A destination with a status keeps it. A
 // fingerprint that differs from the stored one appends resync.required to its channels.
 // It returns "new", "redefined" or "same".
 func (s *Store) Ensure(ctx context.Context, r Ref, externalID, fingerprint string, channelRetention time.Duration) (string, error) {
@@ -203,7 +211,7 @@ elseif want == 'active' then
     -- A replay asked for while not active starts now.
     redis.call('HSET', KEYS[1], 'cursor', replay_from)
     redis.call('HDEL', KEYS[1], 'replay_from')
-  elseif since == '' then
+  elseif since == '' and status ~= 'pending' then
     -- Events that arrived while paused or disabled are not delivered later.
     local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
     if last then redis.call('HSET', KEYS[1], 'cursor', last[1]) end
@@ -213,6 +221,7 @@ elseif want == 'active' then
   redis.call('HSET', KEYS[1], 'status', 'active', 'consecutive_failures', 0)
   redis.call('HDEL', KEYS[1], 'failing')
   redis.call('HDEL', KEYS[1], 'disabled')
+  redis.call('HDEL', KEYS[1], 'pending')
   etype = 'destination.activated'
 else
   -- An operator's disable of a destination the rejections disabled makes it theirs.

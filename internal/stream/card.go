@@ -25,8 +25,11 @@ type Card struct {
 	Disabled            *store.DisabledInfo `json:"disabled"`
 	// Failing: the rejections in a row reached a warning threshold (delivery.warn_after)
 	// and how many more disable the destination; null otherwise.
-	Failing  *store.Failing `json:"failing"`
-	Sequence int64          `json:"sequence"`
+	Failing *store.Failing `json:"failing"`
+	// Pending: the destination's setup check has not passed yet; what is missing, in the
+	// check's words, and when it runs again. Null once active.
+	Pending  *store.PendingCheck `json:"pending"`
+	Sequence int64               `json:"sequence"`
 	// Lag is how far behind the destination is, on the cards the destination calls
 	// answer (GET, list, pause, activate); snapshots and channel events leave it out.
 	Lag *Lag `json:"lag,omitempty"`
@@ -52,7 +55,7 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 		ID: d.ID, Connector: string(d.Connector), Account: d.Account, Status: st.Status,
 		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID),
 		ConsecutiveFailures: st.ConsecutiveFailures, LastFailure: st.LastFailure,
-		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Failing: st.Failing, Sequence: st.Sequence,
+		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Failing: st.Failing, Pending: st.Pending, Sequence: st.Sequence,
 	}
 	if d.Connector.IsAWS() {
 		ext := st.ExternalID
@@ -73,10 +76,12 @@ type CardState struct {
 	LastDelivery        *store.Delivery     `json:"last_delivery"`
 	Disabled            *store.DisabledInfo `json:"disabled"`
 	Failing             *store.Failing      `json:"failing"`
+	Pending             *store.PendingCheck `json:"pending"`
 }
 
 // Apply replaces the card's state fields with st.
 func (c *Card) Apply(st CardState) {
 	c.Status, c.ConsecutiveFailures = st.Status, st.ConsecutiveFailures
 	c.LastFailure, c.LastDelivery, c.Disabled, c.Failing = st.LastFailure, st.LastDelivery, st.Disabled, st.Failing
+	c.Pending = st.Pending
 }

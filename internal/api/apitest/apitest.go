@@ -134,6 +134,9 @@ type Options struct {
 	// Config, when set, changes the rig's config before anything uses it (the api:
 	// limits, say).
 	Config func(*config.Config)
+	// Pending leaves the destinations pending, as config first adds them; otherwise they
+	// are active, as destinations stored by an earlier run keep their status.
+	Pending bool
 }
 
 // Rig is a running API over a real Redis and Dispatcher.
@@ -182,6 +185,15 @@ func New(t testing.TB, opts Options) *Rig {
 	}
 	if err := disp.SetDestinations(context.Background(), cfg.Destinations); err != nil {
 		t.Fatal(err)
+	}
+	if !opts.Pending {
+		// The rig's destinations were set up and active before this run, as in a Redis
+		// a relay has used: they keep that status (and their channels start empty).
+		for _, d := range cfg.Destinations {
+			if err := st.Client().HSet(context.Background(), "relay:{"+d.Account+"}:dest:"+d.ID, "status", store.Active).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	so := opts.Stream
 	so.Store, so.Directory, so.Identity = st, disp, cfg.Identity

@@ -260,6 +260,10 @@ class CardView {
     rows.push(row(t('lastDelivery'), ld
       ? el('span', { class: 'last-delivery' }, formatTime(ld.at), el('small', {}, ' · ', t('event'), ' ', ld.event_id))
       : el('span', { class: 'last-delivery' }, t('never'))));
+    if (c.pending) {
+      rows.push(row(t('pendingCheck'), el('span', { class: 'pending-info' }, c.pending.message,
+        el('small', {}, ' · ', t('nextCheck'), ' ', formatTime(c.pending.next_check)))));
+    }
     if (c.disabled) {
       rows.push(row(t('disabledSince'), el('span', { class: 'disabled-info' }, formatTime(c.disabled.at), ' — ', c.disabled.reason)));
     }

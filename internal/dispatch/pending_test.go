@@ -1,0 +1,103 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/mercamap/relay/internal/assume"
+	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/sinks/eventbridge"
+	"github.com/mercamap/relay/internal/store"
+)
+
+// TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPolicyIsSet:
+// a bus is added by config before the customer created its role. It starts pending; 30
+// events arrive while STS denies the role and the setup check keeps failing; it is
+// never disabled and nothing counts. Once the trust policy is in place the next check
+// makes it active and the 30 arrive, in publish order, then new ones.
+func TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPolicyIsSet(t *testing.T) {
+	sts := awstest.NewSTS(t)
+	eb := awstest.NewEventBridge(t)
+	eb.RequireSessionFrom(sts)
+	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
+	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
+	sink := eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL})
+
+	dest := bus("orders", "111122223333")
+	dest.PinnedExternalID = "ext-pending-1"
+	r := newRig(t, newTestSink(nil), dest)
+	r.d.opts.Sinks[destination.EventBridge] = sink
+	if st := r.state("orders"); st.Status != store.Pending {
+		t.Fatalf("a destination added by config is %s, want pending", st.Status)
+	}
+	r.start()
+	before := r.publish(slices.Repeat([]string{"job.completed"}, 30)...)
+	// Well past disable_after (20) checks fail while the role does not exist.
+	waitFor(t, "checks failing and saying what is missing", func() bool {
+		st := r.state("orders")
+		return countIn(r.channelTypes(store.DestinationChannel("orders")), "destination.checked") >= 25 &&
+			st.Pending != nil && st.Pending.Message != ""
+	})
+	st := r.state("orders")
+	if st.Status != store.Pending || st.ConsecutiveFailures != 0 || len(eb.Entries()) != 0 {
+		t.Fatalf("while the role is missing: %s, %d in a row, %d written; want pending, 0, 0",
+			st.Status, st.ConsecutiveFailures, len(eb.Entries()))
+	}
+	t.Logf("the card says: %s", st.Pending.Message)
+
+	// The customer creates the role with the trust policy the card asks for.
+	sts.RequireExternalID(dest.RoleARN, dest.PinnedExternalID)
+	waitFor(t, "the 30 events on the bus", func() bool { return len(eb.Entries()) >= 30 })
+	after := r.publish("job.completed", "job.completed")
+	waitFor(t, "the new events", func() bool { return len(eb.Entries()) >= 32 })
+	var got []string
+	for _, e := range eb.Entries() {
+		var body struct {
+			EventID string `json:"event_id"`
+		}
+		if err := json.Unmarshal([]byte(e.Detail), &body); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, body.EventID)
+	}
+	if want := slices.Concat(before, after); !slices.Equal(got, want) {
+		t.Fatalf("the bus got %v, want the 30 in publish order, then the 2 new ones", got)
+	}
+	if st := r.state("orders"); st.Status != store.Active || st.Pending != nil || st.ConsecutiveFailures != 0 {
+		t.Fatalf("after the check passed: %+v, want active", st)
+	}
+	types := r.channelTypes(store.DestinationChannel("orders"))
+	if countIn(types, "destination.disabled") != 0 || countIn(types, "destination.activated") != 1 {
+		t.Errorf("channel %v: want one destination.activated and no destination.disabled", types)
+	}
+	for _, n := range r.outbox() {
+		t.Errorf("operator event %s in the outbox; a pending destination warns and disables no one", n.Type)
+	}
+}
+
+// TestPendingDestinationIsCheckedLessOftenWhileItFails: the setup check backs off
+// (delivery.setup_check), so a customer who never creates the role costs few STS calls.
+func TestPendingDestinationIsCheckedLessOftenWhileItFails(t *testing.T) {
+	sink := &checkingSink{testSink: newTestSink(nil), checkErr: failures.NewRejected("the role cannot be assumed", nil)}
+	r := newRig(t, sink.testSink, bus("orders", "111122223333"))
+	r.d.opts.Sinks[destination.EventBridge] = sink
+	r.d.opts.Delivery.SetupCheck.Initial, r.d.opts.Delivery.SetupCheck.Max = 20*time.Millisecond, 320*time.Millisecond
+	r.start()
+	waitFor(t, "five checks", func() bool { return sink.checks.Load() >= 5 }) // at about 0, 20, 60, 140, 300 ms
+	st := r.state("orders")
+	if st.Pending == nil || !strings.Contains(st.Pending.Message, "cannot be assumed") {
+		t.Fatalf("card's pending: %+v, want the check's sentence", st.Pending)
+	}
+	gap := st.Pending.NextCheck.Sub(st.Pending.At)
+	if gap < 160*time.Millisecond {
+		t.Errorf("the fifth check was followed by a wait of %s; want it doubled to at least 160ms", gap)
+	}
+}
