@@ -55,6 +55,8 @@ api: {listen: "%s"}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
+delivery:
+  setup_check: {initial: 20ms, max: 200ms}  # pending until the role is trusted below
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
 destinations:
