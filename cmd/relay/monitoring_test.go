@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
-	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -69,20 +67,8 @@ destinations:
 		t.Fatal(err)
 	}
 	bin := buildRelay(t)
-	_, r.logs, _ = startWatchedRelay(t, bin, cfg,
-		"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
-	st, err := store.Open(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var externalID string
-	waitUntil(t, 30*time.Second, "the destination's ExternalId", func() bool {
-		s, err := st.LoadState(context.Background(), store.Ref{Account: "acct_1", ID: "orders-bus"})
-		externalID = s.ExternalID
-		return err == nil && externalID != ""
-	})
-	sts.RequireExternalID(roleARN, externalID) // the customer's trust policy
+	_, r.logs, _ = startWatchedRelay(t, bin, cfg)
+	sts.RequireExternalID(roleARN, issuedExternalID(t, redisURL, "acct_1", "orders-bus")) // the customer's trust policy
 	conn, ch := brokerChannel(t, amqpURL, queue)
 	waitConsumers(t, conn, queue, 1)
 	if err := ch.Confirm(false); err != nil {

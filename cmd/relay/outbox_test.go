@@ -192,13 +192,7 @@ destinations:
 // startWatchedRelay starts relay serve; the channel is closed when the process exits.
 func startWatchedRelay(t *testing.T, bin, cfg string, extraEnv ...string) (*exec.Cmd, *syncBuffer, <-chan struct{}) {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--config", cfg)
-	cmd.Env = append(append(os.Environ(), "TEST_HMAC_KEY="+testKeyHex), extraEnv...)
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, logs := startRelay(t, bin, cfg, extraEnv...)
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })

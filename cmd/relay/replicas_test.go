@@ -92,18 +92,7 @@ destinations:
 		rs.procs, rs.apis, rs.logs = append(rs.procs, cmd), append(rs.apis, "http://"+listen), append(rs.logs, logs)
 	}
 
-	st, err := store.Open(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var externalID string
-	waitUntil(t, 30*time.Second, "the destination's ExternalId", func() bool {
-		s, err := st.LoadState(context.Background(), store.Ref{Account: "acct_1", ID: "orders-bus"})
-		externalID = s.ExternalID
-		return err == nil && externalID != ""
-	})
-	sts.RequireExternalID(roleARN, externalID)
+	sts.RequireExternalID(roleARN, issuedExternalID(t, redisURL, "acct_1", "orders-bus"))
 	// The broker counts only the active consumer of the queue; each process says it subscribed.
 	for i, logs := range rs.logs {
 		waitUntil(t, 60*time.Second, fmt.Sprintf("relay %d consuming", i), func() bool {
@@ -445,4 +434,22 @@ func outOfOrder(want, got []string) int {
 		latest = max(latest, p)
 	}
 	return n
+}
+
+// issuedExternalID waits until a relay has issued the destination its ExternalId (read
+// from Redis) and returns it, so a test can write the customer's trust policy with it.
+func issuedExternalID(t *testing.T, redisURL, account, id string) string {
+	t.Helper()
+	st, err := store.Open(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var externalID string
+	waitUntil(t, 30*time.Second, "the destination's ExternalId", func() bool {
+		s, err := st.LoadState(context.Background(), store.Ref{Account: account, ID: id})
+		externalID = s.ExternalID
+		return err == nil && externalID != ""
+	})
+	return externalID
 }
