@@ -37,7 +37,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request, p principal) {
 	case errors.As(err, &notRetryable):
 		writeError(w, errInvalid(notRetryable.Reason))
 		return
-	case errors.Is(err, store.ErrEventNotRetried):
+	case errors.Is(err, store.ErrEventGone):
 		writeError(w, errConflict("the account's log no longer holds the event of attempt "+strconv.FormatInt(n, 10)+
 			" (older than the log keeps): it cannot be written again"))
 		return

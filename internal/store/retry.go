@@ -35,7 +35,7 @@ type RetryRequest struct {
 var (
 	ErrNoSuchAttempt   = errors.New("the destination's attempt log holds no such attempt")
 	ErrRetryQueueFull  = errors.New("too many retries are waiting for this destination")
-	ErrEventNotRetried = errors.New("the account's log no longer holds the attempt's event")
+	ErrEventGone = errors.New("the account's log no longer holds the attempt's event")
 )
 
 // ErrNotRetryable is returned for an attempt that did not end a message of the log:
@@ -94,7 +94,7 @@ func (s *Store) AskRetry(ctx context.Context, r Ref, n int64) (RetryRequest, err
 	}
 	logID, err := s.findEventFrom(ctx, r.Account, eventID, strconv.FormatInt(at+logTimeMargin.Milliseconds(), 10))
 	if errors.Is(err, ErrNoSuchEvent) {
-		return RetryRequest{}, ErrEventNotRetried
+		return RetryRequest{}, ErrEventGone
 	}
 	if err != nil {
 		return RetryRequest{}, err
