@@ -33,9 +33,9 @@ type RetryRequest struct {
 
 // Errors of AskRetry.
 var (
-	ErrNoSuchAttempt   = errors.New("the destination's attempt log holds no such attempt")
-	ErrRetryQueueFull  = errors.New("too many retries are waiting for this destination")
-	ErrEventGone = errors.New("the account's log no longer holds the attempt's event")
+	ErrNoSuchAttempt  = errors.New("the destination's attempt log holds no such attempt")
+	ErrRetryQueueFull = errors.New("too many retries are waiting for this destination")
+	ErrEventGone      = errors.New("the account's log no longer holds the attempt's event")
 )
 
 // ErrNotRetryable is returned for an attempt that did not end a message of the log:
