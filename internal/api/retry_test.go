@@ -141,3 +141,45 @@ func countOf(list []string, v string) int {
 	}
 	return n
 }
+
+// TestAPauseDuringARetrysWriteSaysTheWriteIsInFlight: a retry goes through the write
+// fence of ordered deliveries: while its write is held at the bus, a pause answers
+// write_in_flight true; after it, the retry's outcome is recorded and nothing else is
+// written.
+func TestAPauseDuringARetrysWriteSaysTheWriteIsInFlight(t *testing.T) {
+	r := apitest.New(t, apitest.Options{})
+	var holding atomic.Bool
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	r.Sink.SetBehave(func(dest string, _ destination.Message) error {
+		if dest == "orders-bus" && holding.Load() {
+			started <- struct{}{}
+			<-release
+		}
+		return nil
+	})
+	r.Start()
+	bus := r.URL + fmt.Sprintf(dests, "eventbridge") + "/orders-bus"
+	ids := r.Publish(apitest.Acct1, 1)
+	apitest.WaitFor(t, 20*time.Second, "the delivery committed", func() bool { return len(attempts(t, bus)) == 1 })
+	holding.Store(true)
+	if a := call(t, "POST", bus+"/attempts/1/retry", apitest.Acct1Token, ""); a.status != 202 {
+		t.Fatalf("retry: %d %s", a.status, a.body)
+	}
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the retry's write did not start")
+	}
+	paused := call(t, "POST", bus+"/pause", apitest.Acct1Token, "").json(t)
+	holding.Store(false)
+	close(release)
+	if paused["status"] != "paused" || paused["write_in_flight"] != true {
+		t.Fatalf("pause during the retry's write: status %v write_in_flight %v, want paused and true", paused["status"], paused["write_in_flight"])
+	}
+	apitest.WaitFor(t, 20*time.Second, "the retry's outcome", func() bool {
+		return slices.ContainsFunc(attempts(t, bus), func(a map[string]any) bool { return a["retry"] == float64(2) })
+	})
+	if got := r.Sink.Delivered("orders-bus"); !slices.Equal(got, []string{ids[0], ids[0]}) {
+		t.Fatalf("delivered %v, want the event and its retry", got)
+	}
+}
