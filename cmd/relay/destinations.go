@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,7 +65,7 @@ func destinationsCmd(e env) *cobra.Command {
 		return nil
 	}
 	cmd := &cobra.Command{
-		Use:   "destinations [list | show ID]",
+		Use:   "destinations [list | show ID | replay | activate | retry]",
 		Short: "List destination cards, or show one with its setup ready to copy",
 		Long: `destinations asks a running relay's API for the destination cards the token may see.
 list (the default) prints one line per destination: connector, id, account, status,
@@ -155,7 +156,33 @@ stopped: what arrived meanwhile is delivered first, in order.`,
 		},
 	}
 	activate.Flags().StringVar(&since, "replay", "", "since_disabled or since_paused: deliver what arrived meanwhile")
-	cmd.AddCommand(replay, activate)
+	retry := &cobra.Command{
+		Use:   "retry ID N",
+		Short: "Write the message of attempt N of a destination's attempt log once more",
+		Long: `retry writes the event of attempt N (its number in the attempt log: the card's attempts)
+once more, outside the ordered stream: the replica delivering for the destination writes
+it between ordered deliveries and records the outcome as an attempt of its own, marked as
+a retry of N. It moves no cursor and counts nothing. The destination must be active, and
+attempt N must have ended a message (delivered, rejected or expired).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("N must be an attempt number, like 7: %q", args[1])
+			}
+			var out struct {
+				Attempt int64  `json:"attempt"`
+				RetryOf int64  `json:"retry_of"`
+				EventID string `json:"event_id"`
+			}
+			if err := cardAction(cmd.Context(), flags, e, args[0], "attempts/"+args[1]+"/retry", nil, &out); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s: retry of attempt %d (event %s) queued as attempt %d\n", args[0], out.RetryOf, out.EventID, out.Attempt)
+			return nil
+		},
+	}
+	cmd.AddCommand(replay, activate, retry)
 	return cmd
 }
 

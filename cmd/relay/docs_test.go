@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -43,6 +45,48 @@ func TestOperatorGuideDescribesEverySubcommandItHas(t *testing.T) {
 			if strings.Contains(line, "`relay "+name) && (strings.Contains(line, "not exist") || strings.Contains(line, "not yet")) {
 				t.Errorf("the operator guide says relay %s is missing: %s", name, line)
 			}
+		}
+	}
+}
+
+// TestAPIReferenceListsEveryRouteTheAPIServes: each route registered on the API's mux
+// (internal/api: `m.Handle…("METHOD /path"`) has its row in docs/api.md, written as
+// `METHOD /path`, and docs/api.md lists no route the API does not serve.
+func TestAPIReferenceListsEveryRouteTheAPIServes(t *testing.T) {
+	files, err := filepath.Glob("../../internal/api/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := regexp.MustCompile(`m\.Handle(?:Func)?\("([A-Z]+ /[^"]*)"`)
+	served := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range registered.FindAllStringSubmatch(string(b), -1) {
+			served[m[1]] = true
+		}
+	}
+	if len(served) < 15 {
+		t.Fatalf("read %d routes from internal/api: %v", len(served), served)
+	}
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for route := range served {
+		if !strings.Contains(doc, "| `"+route+"`") {
+			t.Errorf("docs/api.md has no row for %s", route)
+		}
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z]+ /[^`]*)`").FindAllStringSubmatch(doc, -1) {
+		if !served[m[1]] {
+			t.Errorf("docs/api.md lists %s, which the API does not serve", m[1])
 		}
 	}
 }

@@ -84,9 +84,14 @@ func printEvent(w io.Writer, ev stream.Event, card stream.Card) {
 	if data.Test {
 		parts = append(parts, "(test)")
 	}
-	if strings.HasPrefix(ev.Type, "delivery.") && ev.Type != "delivery.succeeded" && data.Message != "" {
+	switch {
+	case ev.Type == "destination.replayed" && data.Message != "":
+		// "replay from 2024-05-01T12:00:00Z asked for", and whether it waits for an activation.
 		parts = append(parts, "— "+data.Message)
-	} else if data.Reason != "" {
+	case strings.HasPrefix(ev.Type, "delivery.") && ev.Type != "delivery.succeeded" && data.Message != "":
+		// delivery.retried too: "retry of attempt 7: delivered", or the bus's refusal.
+		parts = append(parts, "— "+data.Message)
+	case data.Reason != "":
 		parts = append(parts, "— "+data.Reason)
 	}
 	fmt.Fprintln(w, strings.Join(parts, "  "))

@@ -39,6 +39,9 @@ type Destinations interface {
 	// oldest point it takes (zero: unbounded).
 	Replay(ctx context.Context, id string, point store.ReplayPoint) (store.Replayed, error)
 	ReplayableFrom() time.Time
+	// Retry writes the message of attempt n once more, outside the ordered stream: it
+	// is queued for the destination's lease holder (dispatch.Dispatcher.Retry).
+	Retry(ctx context.Context, id string, n int64) (store.RetryRequest, error)
 	Disable(ctx context.Context, id, reason string) (dispatch.Disabled, error)
 	Test(ctx context.Context, id string) (failures.Outcome, error)
 }
@@ -148,6 +151,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/replay", s.authed(s.replay))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/disable", s.authed(s.disable))
 	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}/attempts", s.authed(s.attempts))
+	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/attempts/{n}/retry", s.authed(s.retry))
 
 	m.HandleFunc("GET /v1/streams/{channel}/snapshot", s.authed(s.snapshot))
 	m.HandleFunc("GET /v1/streams/{channel}/events", s.authed(s.events))

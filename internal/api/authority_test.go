@@ -209,3 +209,33 @@ func newServer(t *testing.T, s *api.Server) string {
 	t.Cleanup(hs.Close)
 	return hs.URL
 }
+
+// TestAnOperatorsDisableSticksThroughAnOperatorsPause: our team disables the bus, then
+// pauses it (as an admin may). The account token still may neither activate nor pause
+// it: the pause does not hand the destination back to the customer. An admin activates.
+func TestAnOperatorsDisableSticksThroughAnOperatorsPause(t *testing.T) {
+	r := apitest.New(t, apitest.Options{})
+	bus := r.URL + fmt.Sprintf(dests, "eventbridge") + "/orders-bus"
+	if a := call(t, "POST", bus+"/disable", apitest.AdminToken, `{"reason":"terms 12.4: abuse report 902"}`); a.status != 200 {
+		t.Fatalf("disable: %d %s", a.status, a.body)
+	}
+	if card := call(t, "POST", bus+"/pause", apitest.AdminToken, "").json(t); card["status"] != "paused" {
+		t.Fatalf("admin pause of the disabled bus: %v", card)
+	}
+	for _, action := range []string{"/activate", "/pause"} {
+		a := call(t, "POST", bus+action, apitest.Acct1Token, "")
+		if a.status != 403 || a.errorCode(t) != "FORBIDDEN" || !strings.Contains(string(a.body), "abuse report 902") {
+			t.Fatalf("account token %s after the operator's disable and pause: %d %s, want 403 FORBIDDEN with the reason", action, a.status, a.body)
+		}
+	}
+	card := call(t, "GET", bus, apitest.Acct1Token, "").json(t)
+	if dis, _ := card["disabled"].(map[string]any); card["status"] != "paused" || dis["by"] != "operator" {
+		t.Fatalf("card: status %v disabled %v, want paused with the operator's disable kept", card["status"], card["disabled"])
+	}
+	if card := call(t, "POST", bus+"/activate", apitest.AdminToken, "").json(t); card["status"] != "active" || card["disabled"] != nil {
+		t.Fatalf("admin activate: %v", card)
+	}
+	if a := call(t, "POST", bus+"/pause", apitest.Acct1Token, ""); a.status != 200 {
+		t.Fatalf("account pause once an admin re-activated it: %d %s", a.status, a.body)
+	}
+}

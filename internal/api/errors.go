@@ -15,6 +15,9 @@ const (
 	CodeNotFound        = "NOT_FOUND"        // 404
 	CodeInvalidArgument = "INVALID_ARGUMENT" // 400
 	CodeCursorExpired   = "CURSOR_EXPIRED"   // 410
+	// CodeFailedPrecondition: the destination is not in a state that allows the action
+	// (a retry of a destination that is not active). Added by us to the contract's codes.
+	CodeFailedPrecondition = "FAILED_PRECONDITION" // 409
 	// CodeResourceExhausted is a limit of one client's share reached: too many open
 	// subscriptions, too many tests. With Retry-After when waiting is the answer.
 	CodeResourceExhausted = "RESOURCE_EXHAUSTED" // 429
@@ -47,6 +50,9 @@ func errInvalid(msg string) *apiError {
 }
 func errExpired(msg string) *apiError {
 	return &apiError{status: http.StatusGone, code: CodeCursorExpired, message: msg}
+}
+func errConflict(msg string) *apiError {
+	return &apiError{status: http.StatusConflict, code: CodeFailedPrecondition, message: msg}
 }
 func errInternal() *apiError {
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "the relay could not answer; see its logs"}

@@ -173,6 +173,11 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 	w.status, w.epoch = st.Status, st.Epoch
 	dest := w.dest
 	dest.ExternalID = st.ExternalID
+	if st.RetriesQueued { // retries asked for go between ordered deliveries (retry.go)
+		if err := w.retries(ctx, dest, log); err != nil {
+			return false, err
+		}
+	}
 	entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
 	if err != nil {
 		log.Warn("cannot read the account log", "error", err)

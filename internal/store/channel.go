@@ -88,6 +88,10 @@ type Attempt struct {
 	EventID string    `json:"event_id"`
 	Outcome string    `json:"outcome"`
 	Message string    `json:"message"`
+	// RetryOf is the attempt a retry wrote again (on its "retry_queued" line and on its
+	// outcome's), Retry the request's line on the outcome's; 0 otherwise.
+	RetryOf int64 `json:"retry_of,omitempty"`
+	Retry   int64 `json:"retry,omitempty"`
 }
 
 // Attempts returns up to limit attempts numbered below before (0: the newest), newest first.
@@ -105,6 +109,8 @@ func (s *Store) Attempts(ctx context.Context, r Ref, before, limit int64) ([]Att
 		ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
 		out[i] = Attempt{N: seqOf(m.ID), At: time.UnixMilli(ms).UTC(), EventID: str(m.Values["event_id"]),
 			Outcome: str(m.Values["outcome"]), Message: str(m.Values["message"])}
+		out[i].RetryOf, _ = strconv.ParseInt(str(m.Values["retry_of"]), 10, 64)
+		out[i].Retry, _ = strconv.ParseInt(str(m.Values["retry"]), 10, 64)
 	}
 	return out, nil
 }

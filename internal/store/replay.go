@@ -129,7 +129,12 @@ func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 // findEvent is the log id of the newest entry of acct's log with that ce-id, read from
 // the newest back (a replay point is most often recent).
 func (s *Store) findEvent(ctx context.Context, acct, ceID string) (string, error) {
-	end := "+"
+	return s.findEventFrom(ctx, acct, ceID, "+")
+}
+
+// findEventFrom is findEvent reading back from the log id end (inclusive; "+": the
+// newest entry).
+func (s *Store) findEventFrom(ctx context.Context, acct, ceID, end string) (string, error) {
 	for {
 		msgs, err := s.rdb.XRevRangeN(ctx, logKey(acct), end, "-", 512).Result()
 		if err != nil {

@@ -73,6 +73,8 @@ type State struct {
 	ReplayFrom string
 	// Pending is the last setup check of a pending destination (nil otherwise).
 	Pending *PendingCheck
+	// RetriesQueued: retries asked for (AskRetry) wait for the lease holder.
+	RetriesQueued bool
 }
 
 // Ref names one destination and its account (the key hash tag). Connector is carried
@@ -116,6 +118,7 @@ func stateFrom(h map[string]string) State {
 		st.Epoch = "0"
 	}
 	st.ConsecutiveFailures, _ = strconv.Atoi(h["consecutive_failures"])
+	st.RetriesQueued = h["retries_queued"] != "" && h["retries_queued"] != "0"
 	unmarshalIf(h["last_failure"], &st.LastFailure)
 	unmarshalIf(h["last_delivery"], &st.LastDelivery)
 	unmarshalIf(h["disabled"], &st.Disabled)
@@ -181,8 +184,9 @@ local want, now_ms, cutoff, iso = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
 local operator, write_window = ARGV[10] == '1', tonumber(ARGV[11])
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
--- Our operators' disable sticks: only an operator (an admin token) changes it.
-if status == 'disabled' and not operator and disabled_by(KEYS[1]) == 'operator' then
+-- Our operators' disable sticks: only an operator (an admin token) changes it, also
+-- after an operator paused it (the disable's record stays until an activation).
+if not operator and disabled_by(KEYS[1]) == 'operator' then
   return redis.error_reply('FORBIDDEN disabled by an operator')
 end
 -- The write a worker started (begin_write) and has not committed: it may still land.
