@@ -85,24 +85,34 @@ func (d *Dispatcher) follow(ctx context.Context, accts []string) {
 	}
 }
 
-// wakeChan returns the channel that is closed when acct's log grows.
-func (d *Dispatcher) wakeChan(acct string) <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ch, ok := d.wake[acct]
-	if !ok {
-		ch = make(chan struct{})
-		d.wake[acct] = ch
-	}
-	return ch
-}
-
+// notify wakes the workers of acct: its log grew, or one of its destinations changed.
 func (d *Dispatcher) notify(acct string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if ch, ok := d.wake[acct]; ok {
-		close(ch)
-		delete(d.wake, acct)
+	for w := range d.accounts[acct] {
+		w.wake()
+	}
+}
+
+// addWorker lists w as the worker of its destination; d.mu is held.
+func (d *Dispatcher) addWorker(w *worker) {
+	d.workers[w.dest.ID] = w
+	acct := d.accounts[w.dest.Account]
+	if acct == nil {
+		acct = map[*worker]struct{}{}
+		d.accounts[w.dest.Account] = acct
+	}
+	acct[w] = struct{}{}
+}
+
+// removeWorker unlists w; d.mu is held.
+func (d *Dispatcher) removeWorker(w *worker) {
+	if d.workers[w.dest.ID] == w {
+		delete(d.workers, w.dest.ID)
+	}
+	delete(d.accounts[w.dest.Account], w)
+	if len(d.accounts[w.dest.Account]) == 0 {
+		delete(d.accounts, w.dest.Account)
 	}
 }
 
