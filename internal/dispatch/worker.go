@@ -64,8 +64,8 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 	}
 	if st.Status == store.Pending {
 		w.status = st.Status
-		if !w.d.opts.Now().Before(w.nextCheck) {
-			w.checkSetup(ctx, log)
+		if !w.d.opts.Now().Before(w.nextCheck) && w.checkSetup(ctx, log) {
+			return false, nil // active now: the next pass, at once, delivers what waited
 		}
 		return true, nil
 	}
@@ -94,7 +94,7 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 // label read for Pub/Sub) and records it: the first that passes makes it active, and
 // the next pass delivers from the point it was added. A failure counts nothing; the
 // next check runs after delivery.setup_check, doubling up to its max.
-func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) {
+func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool) {
 	cfg := w.d.opts.Delivery.SetupCheck
 	if w.checkEvery == 0 {
 		w.checkEvery = cfg.Initial
@@ -106,15 +106,16 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) {
 		store.PendingCheck{At: now.UTC(), Message: msg, NextCheck: next.UTC()}, w.d.opts.Delivery.ChannelRetention)
 	if err != nil {
 		log.Warn("setup check not recorded", "error", err)
-		return
+		return false
 	}
 	if passed {
 		log.Info("setup check passed; the destination is active", "status", status)
 		w.nextCheck, w.checkEvery = time.Time{}, 0
-		return
+		return true
 	}
 	log.Info("setup check failed; the destination stays pending", "message", msg, "next_check", next)
 	w.nextCheck, w.checkEvery = next, min(2*w.checkEvery, cfg.Max)
+	return false
 }
 
 // deliverAll takes entries in order; it returns early when the destination stops.
