@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/metrics"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,14 +173,6 @@ func idleDestinations(b *testing.B, n int) (heap, stacks uint64, goroutines int)
 	}
 	time.Sleep(2 * time.Second) // a poll interval and more: the destinations are idle, not winding down
 	heap1, stacks1, goroutines1 := memory()
-	if p := os.Getenv("TMP_HEAP_PROFILE"); p != "" { // TEMP
-		f, _ := os.Create(p)
-		pprof.WriteHeapProfile(f)
-		f.Close()
-		g, _ := os.Create(p + ".goroutine")
-		pprof.Lookup("goroutine").WriteTo(g, 1)
-		g.Close()
-	}
 	return heap1 - min(heap0, heap1), stacks1 - min(stacks0, stacks1), goroutines1 - goroutines0
 }
 

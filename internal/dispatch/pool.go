@@ -27,31 +27,39 @@ const (
 	ended          // finished: its write in flight committed, it runs no more
 )
 
-// life is where a worker stands between passes; guarded by its mu.
+// life is where a worker stands between passes; guarded by its mu. A parked worker holds
+// no context of its own: each turn makes one, child of the dispatcher's, that a stop
+// cancels.
 type life struct {
-	ctx    context.Context // ends when the worker is stopped or the dispatcher stops
-	cancel context.CancelFunc
+	parent context.Context // the dispatcher's Run: its end stops every worker
 
 	mu       sync.Mutex
 	state    int
-	woken    bool        // woken while running: it runs again at once rather than parking
-	timer    *time.Timer // queues it at the end of its poll interval or backoff
-	gen      int         // counts the timers set, so a timer replaced while firing does nothing
+	stopped  bool
+	cancel   context.CancelFunc // the running turn's context, nil between turns
+	woken    bool               // woken while running: it runs again at once rather than parking
+	timer    *time.Timer        // queues it at the end of its poll interval or backoff
+	gen      int                // counts the timers set, so a timer replaced while firing does nothing
 	finished chan struct{}
 }
 
 // startWorker makes the worker of a lease just taken and queues its first pass.
 func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64) *worker {
-	wctx, cancel := context.WithCancel(ctx)
 	w := &worker{d: d, dest: dest, token: token}
-	w.life = life{ctx: wctx, cancel: cancel, state: parked, finished: make(chan struct{})}
+	w.life = life{parent: ctx, state: parked, finished: make(chan struct{})}
 	w.ready()
 	return w
 }
 
 // stop ends the worker: it finishes its write in flight, commits it and runs no more.
 func (w *worker) stop() {
-	w.life.cancel()
+	l := &w.life
+	l.mu.Lock()
+	l.stopped = true
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.mu.Unlock()
 	w.ready() // its next turn sees the stop and ends it
 }
 
@@ -153,32 +161,38 @@ func (d *Dispatcher) serve() {
 	}
 }
 
-// turn runs one pass of the worker, then parks it, sets it in backoff, queues it again
-// (more to do) or ends it (stopped, or its lease is another's).
+// turn runs one pass of the worker and waits for its last commit, then parks it, sets it
+// in backoff, queues it again (more to do) or ends it (stopped, or its lease is another's).
 func (w *worker) turn() {
 	l := &w.life
-	ctx := l.ctx
-	log := w.d.opts.Logger.With("destination", w.dest.ID)
 	l.mu.Lock()
-	l.state, l.woken = running, false // a wake-up from here on runs it again
+	if l.stopped || l.parent.Err() != nil {
+		l.mu.Unlock()
+		w.end()
+		return
+	}
+	ctx, cancel := context.WithCancel(l.parent)
+	l.cancel, l.state, l.woken = cancel, running, false // a wake-up from here on runs it again
 	l.mu.Unlock()
 
-	if ctx.Err() != nil {
-		w.end()
-		return
-	}
-	if err := w.settle(); errors.Is(err, store.ErrStaleLease) {
-		log.Warn("lease superseded; another replica delivers now")
-		w.end()
-		return
-	}
+	log := w.d.opts.Logger.With("destination", w.dest.ID)
 	idle, err := w.pass(ctx, log)
+	// The pass's last commit is settled within the turn, while its context lives: a
+	// commit retrying while Redis is unreachable keeps retrying until a stop.
+	if settled := w.settle(); err == nil || errors.Is(settled, store.ErrStaleLease) {
+		err = settled
+	}
+	stopped := ctx.Err() != nil
+	l.mu.Lock()
+	l.cancel = nil
+	l.mu.Unlock()
+	cancel()
 	if errors.Is(err, store.ErrStaleLease) {
 		log.Warn("lease superseded; another replica delivers now")
 		w.end()
 		return
 	}
-	if ctx.Err() != nil {
+	if stopped {
 		w.end()
 		return
 	}
@@ -209,6 +223,5 @@ func (w *worker) end() {
 		l.timer.Stop()
 		l.timer = nil
 	}
-	l.cancel()
 	close(l.finished)
 }

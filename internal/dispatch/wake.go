@@ -28,11 +28,7 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 		}
 	}()
 	for ctx.Err() == nil {
-		var accts []string
-		for _, dest := range d.Destinations() {
-			accts = append(accts, dest.Account)
-		}
-		groups := d.opts.Store.LogGroups(accts)
+		groups := d.opts.Store.LogGroups(d.configuredAccounts())
 		wanted := map[string]bool{}
 		for _, g := range groups[:min(len(groups), maxFollowers)] {
 			key := strings.Join(g, ",")
@@ -52,6 +48,22 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 		}
 		sleep(ctx, min(d.opts.Poll, time.Second))
 	}
+}
+
+// configuredAccounts returns the accounts with destinations, each once: without a copy of
+// every destination each time (watchLogs asks every second).
+func (d *Dispatcher) configuredAccounts() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, dest := range d.dests {
+		if !seen[dest.Account] {
+			seen[dest.Account] = true
+			out = append(out, dest.Account)
+		}
+	}
+	return out
 }
 
 // follow wakes the workers of accts (one group of store.LogGroups) whenever their logs
