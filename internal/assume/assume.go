@@ -6,6 +6,7 @@ package assume
 
 import (
 	"context"
+	"crypto/sha256"
 	"sync"
 	"time"
 
@@ -43,7 +44,7 @@ type Assumer struct {
 // concurrent callers for one destination wait for one session instead of making two.
 type cached struct {
 	mu    sync.Mutex
-	key   string // what the session was made for: role, ExternalId, session policy
+	key   [sha256.Size]byte // what the session was made for: a hash of role, ExternalId, session policy
 	creds aws.Credentials
 }
 
@@ -84,13 +85,13 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	}
 	a.mu.Unlock()
 
-	key := d.RoleARN + "\x00" + d.ExternalID + "\x00" + destination.SessionPolicy(d)
+	key := sha256.Sum256([]byte(d.RoleARN + "\x00" + d.ExternalID + "\x00" + destination.SessionPolicy(d)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !fresh && c.key == key && c.creds.Expires.Sub(a.o.Now()) > a.o.RenewBefore {
 		return c.creds, nil
 	}
-	c.key, c.creds = "", aws.Credentials{} // a failed renewal leaves nothing to reuse
+	c.key, c.creds = [sha256.Size]byte{}, aws.Credentials{} // a failed renewal leaves nothing to reuse
 	if err := a.probe(ctx, d); err != nil {
 		return aws.Credentials{}, err
 	}
@@ -116,7 +117,7 @@ func (a *Assumer) Forget(d destination.Destination, accessKeyID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.creds.AccessKeyID == accessKeyID {
-		c.key, c.creds = "", aws.Credentials{}
+		c.key, c.creds = [sha256.Size]byte{}, aws.Credentials{}
 	}
 }
 

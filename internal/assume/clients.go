@@ -1,40 +1,52 @@
 package assume
 
 import (
+	"context"
+	"errors"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 )
 
-// Clients keeps one SDK client per destination, signed with its current session, and
-// builds a new one when the session is renewed (or the region changes). T is the service
-// client: the sinks build theirs with New, retries off.
+// Clients keeps one SDK client per region, shared by every destination there (one
+// connection pool, one signer): each call is signed with its own destination's session,
+// given with the call (Session). T is the service client: the sinks build theirs with
+// New, retries off and credentials NoCredentials, so a call made without a session fails
+// instead of being signed as us.
 type Clients[T any] struct {
-	New func(region string, creds aws.CredentialsProvider) T
+	New func(region string) T
 
 	mu sync.Mutex
-	m  map[string]sessionClient[T]
+	m  map[string]T
 }
 
-type sessionClient[T any] struct {
-	accessKeyID, region string
-	client              T
-}
-
-// For returns the client for destination id in region, signed with creds.
-func (c *Clients[T]) For(id, region string, creds aws.Credentials) T {
+// For returns the client for region.
+func (c *Clients[T]) For(region string) T {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if sc, ok := c.m[id]; ok && sc.accessKeyID == creds.AccessKeyID && sc.region == region {
-		return sc.client
+	if client, ok := c.m[region]; ok {
+		return client
 	}
-	// The Assumer decides when a session is too old; the SDK must not second-guess it.
-	static := credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)
-	sc := sessionClient[T]{accessKeyID: creds.AccessKeyID, region: region, client: c.New(region, static)}
 	if c.m == nil {
-		c.m = map[string]sessionClient[T]{}
+		c.m = map[string]T{}
 	}
-	c.m[id] = sc
-	return sc.client
+	client := c.New(region)
+	c.m[region] = client
+	return client
 }
+
+// Session is a credentials provider handing out creds as they are, for one call: the
+// Assumer decides when a session is too old; the SDK must not second-guess it.
+func Session(creds aws.Credentials) aws.CredentialsProvider {
+	return credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken)
+}
+
+// ErrNoSession is what a shared client's calls fail with when no session was given.
+var ErrNoSession = errors.New("no destination session given for this call")
+
+// NoCredentials is the shared clients' own credentials: none. Every call must be given
+// its destination's session (Session); our own identity never signs a write.
+var NoCredentials aws.CredentialsProvider = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+	return aws.Credentials{}, ErrNoSession
+})

@@ -47,8 +47,9 @@ type Options struct {
 	Metrics  *Metrics         // nil: not exported
 	Poll     time.Duration    // how often an idle worker looks again without a wake-up (default 1s)
 	// MaxActive bounds how many workers run a pass (read, write, commit) at once
-	// (default 256): with thousands of destinations waking together, the rest wait
-	// their turn instead of each holding a decoded batch and a grown stack.
+	// (default 256): the goroutines of the pool that runs them (pool.go). With thousands
+	// of destinations waking together, the rest wait their turn in its queue instead of
+	// each holding a decoded batch and a grown stack.
 	MaxActive int
 	Now       func() time.Time // nil: time.Now
 	Tracer    Tracer           // nil: no traces (trace.go)
@@ -64,13 +65,13 @@ var ErrNotFound = errors.New("no such destination")
 type Dispatcher struct {
 	opts       Options
 	storePaths atomic.Pointer[map[string][]string] // per account; read for each message
-	slots      chan struct{}                       // one per worker running a pass
+	pool       pool                                // runs the passes of the workers with work
 
-	mu      sync.Mutex
-	dests   map[string]destination.Destination // by id, as configured
-	loaded  bool                               // SetDestinations ran once: later calls are reloads
-	workers map[string]*worker                 // by id, the leases held
-	wake    map[string]chan struct{}           // per account: new log entries (closed and replaced)
+	mu       sync.Mutex
+	dests    map[string]destination.Destination // by id, as configured
+	loaded   bool                               // SetDestinations ran once: later calls are reloads
+	workers  map[string]*worker                 // by id, the leases held
+	accounts map[string]map[*worker]struct{}    // the same workers by account, to wake on new events
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -97,8 +98,8 @@ func New(opts Options) *Dispatcher {
 	if opts.Owner == "" {
 		opts.Owner = "relay-" + randomHex(6)
 	}
-	d := &Dispatcher{opts: opts, slots: make(chan struct{}, opts.MaxActive), dests: map[string]destination.Destination{},
-		workers: map[string]*worker{}, wake: map[string]chan struct{}{}}
+	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{},
+		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{}}
 	d.SetAccounts(opts.Accounts)
 	return d
 }

@@ -702,7 +702,7 @@ func TestADestinationInBackoffDoesNotHoldUpOthersWhenPassesAreLimited(t *testing
 		return nil
 	})
 	r := newRig(t, sink, bus("stuck", "111122223333"), bus("fine", "444455556666"))
-	r.d.slots = make(chan struct{}, 1) // one pass at a time
+	r.d.opts.MaxActive = 1 // one pass at a time
 	r.start()
 	ids := r.publish("job.completed", "job.completed", "job.completed")
 	waitFor(t, "the healthy destination's deliveries", func() bool { return len(sink.got("fine")) == len(ids) })

@@ -24,9 +24,9 @@ func (d *Dispatcher) balance(ctx context.Context) {
 
 	d.mu.Lock()
 	var held []*worker
-	for id, w := range d.workers {
+	for _, w := range d.workers {
 		if w.done() {
-			delete(d.workers, id)
+			d.removeWorker(w)
 			continue
 		}
 		held = append(held, w)
@@ -109,7 +109,7 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		if tokens[i] == 0 || !configured || current.Fingerprint() != dest.Fingerprint() {
 			continue // taken by another replica, or the config changed meanwhile
 		}
-		d.workers[dest.ID] = d.startWorker(ctx, dest, tokens[i])
+		d.addWorker(d.startWorker(ctx, dest, tokens[i]))
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
 }
@@ -124,7 +124,7 @@ func (d *Dispatcher) heldCount() int {
 func (d *Dispatcher) stopAll() {
 	d.mu.Lock()
 	workers := d.workers
-	d.workers = map[string]*worker{}
+	d.workers, d.accounts = map[string]*worker{}, map[string]map[*worker]struct{}{}
 	d.mu.Unlock()
 	for _, w := range workers {
 		w.stop()
@@ -132,7 +132,7 @@ func (d *Dispatcher) stopAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, w := range workers {
-		<-w.finished
+		<-w.life.finished
 		_ = d.opts.Store.ReleaseLease(ctx, ref(w.dest), d.opts.Owner, w.token)
 	}
 	d.opts.Metrics.Leases.Set(0)

@@ -28,11 +28,7 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 		}
 	}()
 	for ctx.Err() == nil {
-		var accts []string
-		for _, dest := range d.Destinations() {
-			accts = append(accts, dest.Account)
-		}
-		groups := d.opts.Store.LogGroups(accts)
+		groups := d.opts.Store.LogGroups(d.configuredAccounts())
 		wanted := map[string]bool{}
 		for _, g := range groups[:min(len(groups), maxFollowers)] {
 			key := strings.Join(g, ",")
@@ -52,6 +48,22 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 		}
 		sleep(ctx, min(d.opts.Poll, time.Second))
 	}
+}
+
+// configuredAccounts returns the accounts with destinations, each once: without a copy of
+// every destination each time (watchLogs asks every second).
+func (d *Dispatcher) configuredAccounts() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, dest := range d.dests {
+		if !seen[dest.Account] {
+			seen[dest.Account] = true
+			out = append(out, dest.Account)
+		}
+	}
+	return out
 }
 
 // follow wakes the workers of accts (one group of store.LogGroups) whenever their logs
@@ -85,24 +97,34 @@ func (d *Dispatcher) follow(ctx context.Context, accts []string) {
 	}
 }
 
-// wakeChan returns the channel that is closed when acct's log grows.
-func (d *Dispatcher) wakeChan(acct string) <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ch, ok := d.wake[acct]
-	if !ok {
-		ch = make(chan struct{})
-		d.wake[acct] = ch
-	}
-	return ch
-}
-
+// notify wakes the workers of acct: its log grew, or one of its destinations changed.
 func (d *Dispatcher) notify(acct string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if ch, ok := d.wake[acct]; ok {
-		close(ch)
-		delete(d.wake, acct)
+	for w := range d.accounts[acct] {
+		w.wake()
+	}
+}
+
+// addWorker lists w as the worker of its destination; d.mu is held.
+func (d *Dispatcher) addWorker(w *worker) {
+	d.workers[w.dest.ID] = w
+	acct := d.accounts[w.dest.Account]
+	if acct == nil {
+		acct = map[*worker]struct{}{}
+		d.accounts[w.dest.Account] = acct
+	}
+	acct[w] = struct{}{}
+}
+
+// removeWorker unlists w; d.mu is held.
+func (d *Dispatcher) removeWorker(w *worker) {
+	if d.workers[w.dest.ID] == w {
+		delete(d.workers, w.dest.ID)
+	}
+	delete(d.accounts[w.dest.Account], w)
+	if len(d.accounts[w.dest.Account]) == 0 {
+		delete(d.accounts, w.dest.Account)
 	}
 }
 

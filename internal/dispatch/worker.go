@@ -24,10 +24,8 @@ type worker struct {
 	d        *Dispatcher
 	dest     destination.Destination
 	token    int64
-	cancel   context.CancelFunc
-	finished chan struct{}
+	life     life          // when it runs, waits, ends (pool.go)
 	pending  *inflight     // the commit of the last ended message, overlapping the next write
-	holding  bool          // the worker holds one of the dispatcher's pass slots
 	retrying string        // the log id of the message in not-taken backoff, if any
 	backoff  time.Duration // its next backoff
 	status   string        // the status the last pass found ("" before the first)
@@ -38,28 +36,6 @@ type worker struct {
 	checkEvery time.Duration
 }
 
-// hold takes a pass slot, waiting for one; false when ctx ended first.
-func (w *worker) hold(ctx context.Context) bool {
-	if w.holding {
-		return true
-	}
-	select {
-	case w.d.slots <- struct{}{}:
-		w.holding = true
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// letGo gives the pass slot back, if held.
-func (w *worker) letGo() {
-	if w.holding {
-		<-w.d.slots
-		w.holding = false
-	}
-}
-
 // inflight is a commit running in the background.
 type inflight struct {
 	done   chan struct{}
@@ -68,85 +44,15 @@ type inflight struct {
 	err    error
 }
 
-func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64) *worker {
-	wctx, cancel := context.WithCancel(ctx)
-	w := &worker{d: d, dest: dest, token: token, cancel: cancel, finished: make(chan struct{})}
-	go func() {
-		defer close(w.finished)
-		w.run(wctx)
-	}()
-	return w
-}
-
-func (w *worker) stop() { w.cancel() }
-
-func (w *worker) done() bool {
-	select {
-	case <-w.finished:
-		return true
-	default:
-		return false
-	}
-}
-
 // errStop ends the worker's current pass: the destination is not active any more, the
 // lease was lost, or the replica is shutting down.
 var errStop = errors.New("stop delivering")
 
-// notTaken ends a pass whose message the bus did not take: the worker waits pause, on
-// its own goroutine and without a slot, and the next pass retries it from the cursor.
+// notTaken ends a pass whose message the bus did not take: the worker waits pause in
+// backoff, without a goroutine (pool.go), and the next pass retries it from the cursor.
 type notTaken struct{ pause time.Duration }
 
 func (notTaken) Error() string { return "not taken; retry after a backoff" }
-
-func (w *worker) run(ctx context.Context) {
-	log := w.d.opts.Logger.With("destination", w.dest.ID)
-	defer func() { _ = w.settle(); w.letGo() }()
-	for ctx.Err() == nil {
-		w.letGo() // between passes, and while idle, the slot is someone else's
-		if err := w.settle(); errors.Is(err, store.ErrStaleLease) {
-			log.Warn("lease superseded; another replica delivers now")
-			return
-		}
-		wake := w.d.wakeChan(w.dest.Account) // taken before reading, so no append is missed
-		if !w.hold(ctx) {
-			return
-		}
-		var idle bool
-		var err error
-		onFreshStack(func() { idle, err = w.pass(ctx, log) })
-		if errors.Is(err, store.ErrStaleLease) {
-			log.Warn("lease superseded; another replica delivers now")
-			return
-		}
-		var retry notTaken
-		switch {
-		case errors.As(err, &retry):
-			// A destination in backoff must not keep others from their turn. The next
-			// pass reloads the state: a pause, disable or activation meanwhile (from any
-			// replica) is seen before the retry.
-			w.letGo()
-			sleep(ctx, retry.pause)
-		case idle:
-			w.letGo()
-			w.idle(ctx, wake)
-		}
-	}
-}
-
-// onFreshStack runs f on a goroutine of its own and waits for it. A pass goes deep into
-// the SDKs and grows the stack it runs on, and a goroutine keeps a grown stack while it
-// waits: run on the worker's own goroutine, 10,000 idle destinations held ~10 KB of stack
-// each (96 MiB). This way only the passes running at once (at most MaxActive) do: a
-// destination waiting out a backoff, or idle, waits on its worker's small stack.
-func onFreshStack(f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	<-done
-}
 
 // pass delivers the next batch of the log past the destination's cursor. idle: there is
 // nothing to do until the log grows (not active, nothing new, or Redis unreachable).
@@ -158,8 +64,8 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 	}
 	if st.Status == store.Pending {
 		w.status = st.Status
-		if !w.d.opts.Now().Before(w.nextCheck) {
-			w.checkSetup(ctx, log)
+		if !w.d.opts.Now().Before(w.nextCheck) && w.checkSetup(ctx, log) {
+			return false, nil // active now: the next pass, at once, delivers what waited
 		}
 		return true, nil
 	}
@@ -193,7 +99,7 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 // label read for Pub/Sub) and records it: the first that passes makes it active, and
 // the next pass delivers from the point it was added. A failure counts nothing; the
 // next check runs after delivery.setup_check, doubling up to its max.
-func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) {
+func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool) {
 	cfg := w.d.opts.Delivery.SetupCheck
 	if w.checkEvery == 0 {
 		w.checkEvery = cfg.Initial
@@ -205,15 +111,16 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) {
 		store.PendingCheck{At: now.UTC(), Message: msg, NextCheck: next.UTC()}, w.d.opts.Delivery.ChannelRetention)
 	if err != nil {
 		log.Warn("setup check not recorded", "error", err)
-		return
+		return false
 	}
 	if passed {
 		log.Info("setup check passed; the destination is active", "status", status)
 		w.nextCheck, w.checkEvery = time.Time{}, 0
-		return
+		return true
 	}
 	log.Info("setup check failed; the destination stays pending", "message", msg, "next_check", next)
 	w.nextCheck, w.checkEvery = next, min(2*w.checkEvery, cfg.Max)
+	return false
 }
 
 // deliverAll takes entries in order; it returns early when the destination stops.
@@ -399,17 +306,6 @@ func (w *worker) commit(ctx context.Context, c store.Commit) (store.Committed, e
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, 5*time.Second)
-	}
-}
-
-// idle waits for new log entries, a poll interval, or shutdown.
-func (w *worker) idle(ctx context.Context, wake <-chan struct{}) {
-	t := time.NewTimer(w.d.opts.Poll)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-wake:
-	case <-t.C:
 	}
 }
 

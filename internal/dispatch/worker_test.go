@@ -14,21 +14,29 @@ import (
 	"github.com/mercamap/relay/internal/store"
 )
 
-// goroutineStacks returns the stacks of every goroutine that runs a worker or a pass.
+// goroutineStacks returns the stacks of every goroutine that runs a worker's pass or
+// serves the pool.
 func goroutineStacks() string {
 	buf := make([]byte, 1<<22)
 	n := runtime.Stack(buf, true)
 	var out []string
 	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-		if strings.Contains(g, "dispatch.(*worker)") || strings.Contains(g, "dispatch.onFreshStack") {
+		if strings.Contains(g, "dispatch.(*worker)") || strings.Contains(g, "dispatch.(*Dispatcher).serve") {
 			out = append(out, g)
 		}
 	}
 	return strings.Join(out, "\n\n")
 }
 
-// passesRunning counts the goroutines onFreshStack started that are still running.
-func passesRunning() int { return strings.Count(goroutineStacks(), "dispatch.onFreshStack.func1(") }
+// passesRunning counts the goroutines running a worker's pass.
+func passesRunning() int { return strings.Count(goroutineStacks(), "dispatch.(*worker).pass(") }
+
+// serving is how many pool goroutines run.
+func (d *Dispatcher) serving() int {
+	d.pool.mu.Lock()
+	defer d.pool.mu.Unlock()
+	return d.pool.serving
+}
 
 func (s *testSink) attemptsAt(dest string) int {
 	s.mu.Lock()
@@ -64,8 +72,8 @@ func TestShutdownLeavesNoWorkerOrPassRunningAndNoSlotHeld(t *testing.T) {
 	if s := goroutineStacks(); s != "" {
 		t.Fatalf("goroutines of workers or passes left after Run returned:\n%s", s)
 	}
-	if n := len(r.d.slots); n != 0 {
-		t.Fatalf("%d pass slots still held after Run returned", n)
+	if n := r.d.serving(); n != 0 {
+		t.Fatalf("%d pool goroutines still serving after Run returned", n)
 	}
 }
 
@@ -93,8 +101,8 @@ func TestALostLeaseEndsTheWorkerAndFreesItsSlot(t *testing.T) {
 	}
 	close(release)
 	waitFor(t, "the worker to end", func() bool { return goroutineStacks() == "" })
-	if n := len(r.d.slots); n != 0 {
-		t.Fatalf("%d pass slots still held after the worker ended", n)
+	if n := r.d.serving(); n != 0 {
+		t.Fatalf("%d pool goroutines still serving after the worker ended", n)
 	}
 	// The write in flight ends, and with the overlapped commit one more may start: never all three.
 	if got := sink.got("orders"); len(got) > 2 {
@@ -111,7 +119,7 @@ func TestDestinationsInBackoffWaitWithoutAPassRunning(t *testing.T) {
 		dests = append(dests, bus(fmt.Sprintf("throttled%d", i), strings.Repeat(fmt.Sprint(i+1), 12)))
 	}
 	r := newRig(t, sink, dests...)
-	r.d.slots = make(chan struct{}, 1) // MaxActive 1: every pass but one waits for the slot
+	r.d.opts.MaxActive = 1 // every pass but one waits its turn
 	r.start()
 	r.publish("job.completed")
 

@@ -33,7 +33,7 @@ type Options struct {
 type Sink struct {
 	source  string
 	assumer *assume.Assumer
-	clients assume.Clients[*eventbridge.Client]
+	clients assume.Clients[*eventbridge.Client] // one per region, shared by its buses
 }
 
 // New returns a Sink.
@@ -46,10 +46,11 @@ func New(o Options) *Sink {
 		o.AWS.HTTPClient = awshttp.NewBuildableClient() // one connection pool for every bus's client
 	}
 	s := &Sink{source: "com." + name, assumer: o.Assumer}
-	s.clients.New = func(region string, creds aws.CredentialsProvider) *eventbridge.Client {
+	s.clients.New = func(region string) *eventbridge.Client {
 		return eventbridge.NewFromConfig(o.AWS, func(eo *eventbridge.Options) {
 			eo.Region = region // the bus's own region, from its ARN
-			eo.Credentials = creds
+			// Each call is signed with its destination's session (Send), never as us.
+			eo.Credentials = assume.NoCredentials
 			// One attempt: the SDK's retries would hide a throttle from our accounting.
 			eo.Retryer = aws.NopRetryer{}
 			if o.Endpoint != "" {
@@ -91,9 +92,9 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 	if t, err := time.Parse(time.RFC3339Nano, m.CreatedAt); err == nil {
 		entry.Time = aws.Time(t)
 	}
-	out, err := s.clients.For(d.ID, bus.Region, creds).PutEvents(ctx, &eventbridge.PutEventsInput{
+	out, err := s.clients.For(bus.Region).PutEvents(ctx, &eventbridge.PutEventsInput{
 		Entries: []types.PutEventsRequestEntry{entry},
-	})
+	}, func(o *eventbridge.Options) { o.Credentials = assume.Session(creds) })
 	if err != nil {
 		err = fmt.Errorf("eventbridge PutEvents to %s: %w", d.BusARN, err)
 	} else {

@@ -351,3 +351,51 @@ func TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshProbedOne(t *te
 		})
 	}
 }
+
+// TestBusesSharingAClientEachGetWritesSignedWithTheirOwnSession: buses in one region
+// share one SDK client, and writes to them at once are each signed with their own
+// destination's session, never another's and never our own identity.
+func TestBusesSharingAClientEachGetWritesSignedWithTheirOwnSession(t *testing.T) {
+	e := newEnv(t, nil)
+	var dests []destination.Destination
+	for i := range 4 {
+		d := e.dest
+		d.ID = fmt.Sprintf("%s-%d", e.dest.ID, i)
+		d.RoleARN = fmt.Sprintf("arn:aws:iam::11112222333%d:role/mercamap-delivery", i)
+		d.BusARN = fmt.Sprintf("arn:aws:events:eu-west-1:11112222333%d:event-bus/orders", i)
+		d.ExternalID = fmt.Sprintf("ext-%d-7f3a9c2e41d04b8d", i)
+		e.sts.RequireExternalID(d.RoleARN, d.ExternalID)
+		dests = append(dests, d)
+	}
+	const each = 5
+	var wg sync.WaitGroup
+	errs := make(chan error, len(dests)*each)
+	for _, d := range dests {
+		wg.Go(func() {
+			for i := range each {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				errs <- e.sink.Send(ctx, d, sinktest.Message(d, i+1))
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	roleOf := map[string]string{}
+	for _, d := range dests {
+		roleOf[d.BusARN] = d.RoleARN
+	}
+	got := e.read(t, len(dests)*each)
+	for _, ent := range got {
+		session, ok := e.sts.Session(ent.AccessKeyID)
+		if !ok || session.RoleARN != roleOf[ent.EventBusName] {
+			t.Fatalf("the write to %s was signed with %s (session of %q), not with its own destination's session",
+				ent.EventBusName, ent.AccessKeyID, session.RoleARN)
+		}
+	}
+}

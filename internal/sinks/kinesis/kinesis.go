@@ -44,7 +44,7 @@ type Options struct {
 // Sink writes events to Kinesis streams. It is safe for concurrent use.
 type Sink struct {
 	assumer *assume.Assumer
-	clients assume.Clients[*kinesis.Client]
+	clients assume.Clients[*kinesis.Client] // one per region, shared by its streams
 
 	// The last sequence number of each recently written chain (destination, stream and
 	// partition key), least recently written at the back. Bounded: there is one chain
@@ -68,10 +68,11 @@ func New(o Options) *Sink {
 		o.SequenceMemory = DefaultSequenceMemory
 	}
 	s := &Sink{assumer: o.Assumer, chains: map[string]*list.Element{}, limit: o.SequenceMemory}
-	s.clients.New = func(region string, creds aws.CredentialsProvider) *kinesis.Client {
+	s.clients.New = func(region string) *kinesis.Client {
 		return kinesis.NewFromConfig(o.AWS, func(ko *kinesis.Options) {
 			ko.Region = region // the stream's own region, from its ARN
-			ko.Credentials = creds
+			// Each call is signed with its destination's session (Send), never as us.
+			ko.Credentials = assume.NoCredentials
 			// One attempt: an SDK retry would hide a throttle from our accounting and
 			// could land a record after a later one.
 			ko.Retryer = aws.NopRetryer{}
@@ -120,7 +121,8 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 		// Kinesis then orders this record after the previous one for its key.
 		in.SequenceNumberForOrdering = aws.String(prev)
 	}
-	out, err := s.clients.For(d.ID, stream.Region, creds).PutRecord(ctx, in)
+	out, err := s.clients.For(stream.Region).PutRecord(ctx, in,
+		func(o *kinesis.Options) { o.Credentials = assume.Session(creds) })
 	if err != nil {
 		if assume.SessionRefused(failures.Code(err)) {
 			s.assumer.Forget(d, creds.AccessKeyID) // the next attempt takes a fresh, probed session
