@@ -36,6 +36,11 @@ type Commit struct {
 	// Epoch is State.Epoch as the worker read it ("": not checked). Under another (a
 	// replay or an activation moved the cursor since), the commit moves no cursor.
 	Epoch string
+	// Next is the log id whose write the worker starts after this commit ("" none): the
+	// commit then also runs BeginWrite's fence for it, in the same script, after the
+	// commit's own changes (a commit that disables the destination refuses it), and
+	// Committed.Began says what it answered.
+	Next string
 
 	DisableAfter int
 	// WarnAfter are the counts of rejections in a row at which destination.failing goes
@@ -53,6 +58,10 @@ type Committed struct {
 	Cursor   string // the stored cursor after the commit: past this message when an
 	// activation skipped the events that arrived while the destination was stopped
 	Warned bool // this commit wrote destination.failing to the outbox
+	// Began is the write fence's answer for Commit.Next, as BeginWrite's: "ok" (the
+	// write may start; it is marked in flight), "paused", "disabled", "moved",
+	// "skipped"; "" when the commit named no Next.
+	Began string
 }
 
 // Failing is what a card shows once the rejections in a row reached a warning
@@ -95,7 +104,7 @@ local now_ms, iso = tonumber(ARGV[7]), ARGV[8]
 local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local dest_id, is_test = ARGV[12], ARGV[13] == '1'
 local acct, connector, notice_id, wrote = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
-local epoch, warn_after = ARGV[18], ARGV[19]
+local epoch, warn_after, next_entry = ARGV[18], ARGV[19], ARGV[20]
 if token ~= '0' and redis.call('HGET', KEYS[1], 'lease_token') ~= token then
   return redis.error_reply('STALE lease token superseded')
 end
@@ -110,8 +119,13 @@ local same_epoch = epoch == '' or (redis.call('HGET', KEYS[1], 'epoch') or '0') 
 if cursor ~= '' and same_epoch and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then
   redis.call('HSET', KEYS[1], 'cursor', cursor)
 end
+-- The next write's fence, once this commit's changes are made.
+local function begin_next()
+  if next_entry == '' then return '' end
+  return begin_write(next_entry, now_ms, epoch)
+end
 if kind == 'skip' then
-  return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGET', KEYS[1], 'cursor')}
+  return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGET', KEYS[1], 'cursor'), 0, begin_next()}
 end
 local failures = tonumber(redis.call('HGET', KEYS[1], 'consecutive_failures') or '0')
 local etype
@@ -176,7 +190,7 @@ if kind == 'rejected' and failures >= disable_after and status == 'active' then
   disabled = 1
   seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason})
 end
-return {status, disabled, seq, redis.call('HGET', KEYS[1], 'cursor'), warned}
+return {status, disabled, seq, redis.call('HGET', KEYS[1], 'cursor'), warned, begin_next()}
 `)
 
 // Commit records one attempt atomically: the cursor, the count, the last failure or
@@ -198,7 +212,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
-		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter),
+		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter), c.Next,
 	).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):
@@ -212,11 +226,9 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	disabled, _ := res[1].(int64)
 	seq, _ := res[2].(int64)
 	cursor, _ := res[3].(string)
-	var warned int64
-	if len(res) > 4 {
-		warned, _ = res[4].(int64)
-	}
-	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq, Cursor: cursor, Warned: warned == 1}, nil
+	warned, _ := res[4].(int64)
+	began, _ := res[5].(string)
+	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq, Cursor: cursor, Warned: warned == 1, Began: began}, nil
 }
 
 func joinInts(ns []int) string {

@@ -75,4 +75,20 @@ local function id_after(a, b)
   am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
   return am > bm or (am == bm and as > bs)
 end
+
+-- begin_write is the write fence (see BeginWrite): it marks that the write of log entry
+-- starts (writing = <entry>|<now_ms> in KEYS[1], the destination hash) and returns 'ok'
+-- if the destination is active, still under the epoch the worker read (epoch; '' not
+-- checked) and entry is past its cursor; else the reason, and nothing is written. The
+-- caller has checked the lease token.
+local function begin_write(entry, now_ms, epoch)
+  local h = redis.call('HMGET', KEYS[1], 'status', 'epoch', 'cursor')
+  if h[1] ~= 'active' then return h[1] end
+  -- A replay or an activation moved the cursor since the worker read it.
+  if epoch ~= '' and (h[2] or '0') ~= epoch then return 'moved' end
+  -- An activation meanwhile moved the cursor past this entry: it is not to be sent.
+  if not id_after(entry, h[3] or '0-0') then return 'skipped' end
+  redis.call('HSET', KEYS[1], 'writing', entry .. '|' .. now_ms)
+  return 'ok'
+end
 `
