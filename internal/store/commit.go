@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -217,7 +218,8 @@ return {status, disabled, seq, stored_cursor, warned, began}
 // Commit records one attempt atomically: the cursor, the count, the last failure or
 // delivery, the attempt log and the channel events, and, when it disables the
 // destination, destination.disabled in the account's outbox — or nothing, when the lease
-// token is stale (ErrStaleLease).
+// token is stale (ErrStaleLease). Commits of other destinations made at the same moment
+// share its round trip to Redis (group.go).
 func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	now := time.Now()
 	keys := append(c.Ref.chanKeys(), attemptsKey(c.Account, c.ID), outboxKey(c.Account))
@@ -229,12 +231,13 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	if c.Kind == KindRejected {
 		noticeID = newNoticeID()
 	}
-	res, err := commitScript.Run(ctx, s.rdb, keys,
+	reply, err := s.commits.run(ctx, s, commitScript, &scriptCall{keys: keys, args: []any{
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
 		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter), c.Next,
-	).Slice()
+	}})
+	res, _ := reply.([]any)
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):
 		return Committed{}, ErrStaleLease
@@ -242,6 +245,8 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		return Committed{}, ErrUnknownDestination
 	case err != nil:
 		return Committed{}, err
+	case len(res) < 6:
+		return Committed{}, fmt.Errorf("commit: unexpected answer %v", reply)
 	}
 	status, _ := res[0].(string)
 	disabled, _ := res[1].(int64)
