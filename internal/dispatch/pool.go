@@ -179,7 +179,7 @@ func (w *worker) turn() {
 	idle, err := w.pass(ctx, log)
 	// The pass's last commit is settled within the turn, while its context lives: a
 	// commit retrying while Redis is unreachable keeps retrying until a stop.
-	if settled := w.settle(); err == nil || errors.Is(settled, store.ErrStaleLease) {
+	if settled := w.flush(ctx); err == nil || errors.Is(settled, store.ErrStaleLease) {
 		err = settled
 	}
 	stopped := ctx.Err() != nil
@@ -214,7 +214,7 @@ func (w *worker) turn() {
 
 // end finishes the worker: its write in flight is committed, and it runs no more.
 func (w *worker) end() {
-	_ = w.settle()
+	_ = w.flush(w.life.parent)
 	l := &w.life
 	l.mu.Lock()
 	defer l.mu.Unlock()

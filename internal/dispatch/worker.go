@@ -21,11 +21,13 @@ const readBatch = 64
 
 // worker delivers one destination's events in order while its lease is held.
 type worker struct {
-	d        *Dispatcher
-	dest     destination.Destination
-	token    int64
-	life     life          // when it runs, waits, ends (pool.go)
-	pending  *inflight     // the commit of the last ended message, overlapping the next write
+	d     *Dispatcher
+	dest  destination.Destination
+	token int64
+	life  life // when it runs, waits, ends (pool.go)
+	// held is the outcome of the last ended message, not committed yet: it is committed
+	// in the script that begins the next write (Commit.Next), or alone by flush.
+	held     *store.Commit
 	retrying string        // the log id of the message in not-taken backoff, if any
 	backoff  time.Duration // its next backoff
 	status   string        // the status the last pass found ("" before the first)
@@ -34,14 +36,6 @@ type worker struct {
 	// checkEvery the wait after the next failure.
 	nextCheck  time.Time
 	checkEvery time.Duration
-}
-
-// inflight is a commit running in the background.
-type inflight struct {
-	done   chan struct{}
-	cursor string // the log id the commit ends
-	res    store.Committed
-	err    error
 }
 
 // errStop ends the worker's current pass: the destination is not active any more, the
@@ -123,7 +117,9 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 	return false
 }
 
-// deliverAll takes entries in order; it returns early when the destination stops.
+// deliverAll takes entries in order; it returns early when the destination stops. The
+// last ended message's outcome is committed before it returns (when it returns early,
+// the pool's turn commits it).
 func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, entries []store.LogEntry) error {
 	skipped := ""
 	for _, e := range entries {
@@ -139,10 +135,10 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 			return err // errStop, notTaken: run reloads the state; a stale lease ends the worker
 		}
 	}
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
 	if skipped != "" { // the batch ended on filtered-out events: move past them
-		if err := w.settle(); err != nil {
-			return err
-		}
 		_, err := w.commit(ctx, store.Commit{Kind: store.KindSkip, Cursor: skipped})
 		return err
 	}
@@ -151,11 +147,12 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 
 // deliver writes one event: delivered, rejected or expired end it; not taken is
 // committed (it shows on the card, never counts) and returned as notTaken, holding the
-// destination's later events behind it until a later pass retries it. The commit of an
-// ended message runs while the next message is written, so the bus's round trip, not
-// ours, sets the pace; commits stay in order, and a crash re-sends at most the last two
-// messages. Each write starts with begin, one Redis step that checks the status: a
-// pause or disable stored during a write lets that write finish, and none after it.
+// destination's later events behind it until a later pass retries it. An ended
+// message's outcome is held and committed in the same script that begins the next
+// write (one Redis round trip between two writes, and a crash re-sends at most the one
+// message whose commit was held). Each write starts behind that fence, one Redis step
+// that checks the status: a pause or disable stored during a write lets that write
+// finish, and none after it.
 func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
 	cfg := w.d.opts.Delivery
 	msg := w.d.message(dest, e)
@@ -164,7 +161,7 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	}
 	arrived := store.EntryTime(e.ID)
 	if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
-		if err := w.settle(); err != nil {
+		if err := w.flush(ctx); err != nil {
 			return err
 		}
 		_, err := w.commit(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
@@ -187,39 +184,45 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message, Wrote: e.ID}
 	if outcome.Class != failures.NotTaken {
 		c.Cursor = e.ID
-	}
-
-	// The previous message's commit ran during this write; if it found the
-	// destination paused or disabled, this write still happened and is recorded.
-	stopped := w.settle()
-	if errors.Is(stopped, store.ErrStaleLease) {
-		return stopped
-	}
-	if outcome.Class != failures.NotTaken && stopped == nil {
-		w.commitAsync(ctx, c)
+		w.held = &c // committed with the next write's begin, or by flush
 		return nil
 	}
 	res, err := w.commit(ctx, c)
 	if err != nil {
 		return err
 	}
-	if stopped != nil || stopAfter(res, c.Cursor) != nil {
-		return errStop // nothing more is sent
-	}
-	if outcome.Class != failures.NotTaken {
-		return nil
+	if stopAfter(res, "") != nil {
+		return errStop // paused or disabled meanwhile: no retry
 	}
 	wait := w.backoff
 	w.backoff = min(2*wait, cfg.NotTakenBackoff.Max)
 	return notTaken{pause: wait/2 + rand.N(wait/2+1)}
 }
 
-// begin marks the write of e as started, in one Redis step with the check that the
-// destination is still active (and e still past its cursor): a pause or disable the
-// API answered is seen here, on whichever replica holds the lease, and no write starts.
-// errStop when it must not start; ErrStaleLease when the lease is another's.
+// begin starts the write of e behind the write fence: one Redis step that checks that
+// the destination is still active (and e still past its cursor) and marks the write as
+// started, so a pause or disable the API answered is seen here, on whichever replica
+// holds the lease, and no write starts. The held outcome of the message before, if any,
+// is committed in the same script (Commit.Next). errStop when the write must not start
+// (or that commit left the destination stopped); ErrStaleLease when the lease is
+// another's.
 func (w *worker) begin(ctx context.Context, e store.LogEntry) error {
-	res, err := w.d.opts.Store.BeginWrite(context.WithoutCancel(ctx), ref(w.dest), w.token, e.ID, w.epoch)
+	var res string
+	var err error
+	if h := w.held; h != nil {
+		w.held = nil
+		h.Next = e.ID
+		// The fence runs after the commit's own changes: a commit that disabled the
+		// destination refuses it ("disabled"), and an activation or a replay since the
+		// state was read, which moved the cursor, makes it "moved" or "skipped".
+		var c store.Committed
+		if c, err = w.commit(ctx, *h); err != nil {
+			return err // errStop or ErrStaleLease
+		}
+		res = c.Began
+	} else {
+		res, err = w.d.opts.Store.BeginWrite(context.WithoutCancel(ctx), ref(w.dest), w.token, e.ID, w.epoch)
+	}
 	switch {
 	case errors.Is(err, store.ErrStaleLease), errors.Is(err, store.ErrUnknownDestination):
 		return store.ErrStaleLease
@@ -234,34 +237,19 @@ func (w *worker) begin(ctx context.Context, e store.LogEntry) error {
 	return nil
 }
 
-// commitAsync commits c in the background, after the commit before it.
-func (w *worker) commitAsync(ctx context.Context, c store.Commit) {
-	prev := w.pending
-	p := &inflight{done: make(chan struct{}), cursor: c.Cursor}
-	w.pending = p
-	c.Epoch = w.epoch
-	go func() {
-		defer close(p.done)
-		if prev != nil {
-			<-prev.done
-		}
-		p.res, p.err = w.commit(ctx, c)
-	}()
-}
-
-// settle waits for the background commit, if any: errStop when it left the destination
-// not active, ErrStaleLease when the lease was lost.
-func (w *worker) settle() error {
-	p := w.pending
-	if p == nil {
+// flush commits the held outcome, if any: errStop when the commit left the destination
+// not active (or its cursor elsewhere), ErrStaleLease when the lease was lost.
+func (w *worker) flush(ctx context.Context) error {
+	h := w.held
+	if h == nil {
 		return nil
 	}
-	<-p.done
-	w.pending = nil
-	if p.err != nil {
-		return p.err
+	w.held = nil
+	res, err := w.commit(ctx, *h)
+	if err != nil {
+		return err
 	}
-	return stopAfter(p.res, p.cursor)
+	return stopAfter(res, h.Cursor)
 }
 
 // stopAfter reports errStop when a commit found the destination not active, or its

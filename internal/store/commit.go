@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,11 @@ type Commit struct {
 	// Epoch is State.Epoch as the worker read it ("": not checked). Under another (a
 	// replay or an activation moved the cursor since), the commit moves no cursor.
 	Epoch string
+	// Next is the log id whose write the worker starts after this commit ("" none): the
+	// commit then also runs BeginWrite's fence for it, in the same script, after the
+	// commit's own changes (a commit that disables the destination refuses it), and
+	// Committed.Began says what it answered.
+	Next string
 
 	DisableAfter int
 	// WarnAfter are the counts of rejections in a row at which destination.failing goes
@@ -53,6 +59,10 @@ type Committed struct {
 	Cursor   string // the stored cursor after the commit: past this message when an
 	// activation skipped the events that arrived while the destination was stopped
 	Warned bool // this commit wrote destination.failing to the outbox
+	// Began is the write fence's answer for Commit.Next, as BeginWrite's: "ok" (the
+	// write may start; it is marked in flight), "paused", "disabled", "moved",
+	// "skipped"; "" when the commit named no Next.
+	Began string
 }
 
 // Failing is what a card shows once the rejections in a row reached a warning
@@ -95,64 +105,85 @@ local now_ms, iso = tonumber(ARGV[7]), ARGV[8]
 local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local dest_id, is_test = ARGV[12], ARGV[13] == '1'
 local acct, connector, notice_id, wrote = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
-local epoch, warn_after = ARGV[18], ARGV[19]
-if token ~= '0' and redis.call('HGET', KEYS[1], 'lease_token') ~= token then
+local epoch, warn_after, next_entry = ARGV[18], ARGV[19], ARGV[20]
+-- One read of the hash, and its changes gathered in set / del, written by apply().
+local h = redis.call('HMGET', KEYS[1], 'lease_token', 'writing', 'status', 'epoch', 'cursor', 'consecutive_failures',
+  'last_failure', 'last_delivery', 'disabled', 'failing', 'pending', 'attempts')
+if token ~= '0' and h[1] ~= token then
   return redis.error_reply('STALE lease token superseded')
 end
-if wrote ~= '' then
-  -- This write ended; a later write's mark (begun before this commit ran) stays.
-  local w = redis.call('HGET', KEYS[1], 'writing')
-  if w and string.sub(w, 1, #wrote + 1) == wrote .. '|' then redis.call('HDEL', KEYS[1], 'writing') end
-end
-local status = redis.call('HGET', KEYS[1], 'status')
+local status = h[3]
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
-local same_epoch = epoch == '' or (redis.call('HGET', KEYS[1], 'epoch') or '0') == epoch
-if cursor ~= '' and same_epoch and id_after(cursor, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then
-  redis.call('HSET', KEYS[1], 'cursor', cursor)
+local stored_cursor, last_failure, last_delivery, disabled_json, failing, pending = h[5], h[7], h[8], h[9], h[10], h[11]
+local set, del = {}, {}
+local function apply()
+  if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)); set = {} end
+  if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)); del = {} end
+end
+local function put(field, value) set[#set + 1] = field; set[#set + 1] = value end
+-- This write ended; a later write's mark (begun before this commit ran) stays.
+if wrote ~= '' and h[2] and string.sub(h[2], 1, #wrote + 1) == wrote .. '|' then del[#del + 1] = 'writing' end
+local same_epoch = epoch == '' or (h[4] or '0') == epoch
+if cursor ~= '' and same_epoch and id_after(cursor, stored_cursor or '0-0') then
+  stored_cursor = cursor
+  put('cursor', cursor)
+end
+-- The next write's fence, once this commit's changes are written.
+local function begin_next()
+  apply()
+  if next_entry == '' then return '' end
+  return begin_write(next_entry, now_ms, epoch)
 end
 if kind == 'skip' then
-  return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0'), redis.call('HGET', KEYS[1], 'cursor')}
+  local began = begin_next()
+  return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0'), stored_cursor, 0, began}
 end
-local failures = tonumber(redis.call('HGET', KEYS[1], 'consecutive_failures') or '0')
+local failures = tonumber(h[6] or '0')
 local etype
 local fields = {destination = dest_id, event_id = event_id, message_id = message_id, message = message, test = is_test}
 if kind == 'delivered' then
   failures = 0
-  redis.call('HDEL', KEYS[1], 'failing') -- the run of failures ends
-  redis.call('HSET', KEYS[1], 'last_delivery', cjson.encode({at = iso, event_id = event_id}))
+  failing = false -- the run of failures ends
+  del[#del + 1] = 'failing'
+  last_delivery = cjson.encode({at = iso, event_id = event_id})
+  put('last_delivery', last_delivery)
   etype = 'delivery.succeeded'
 elseif kind == 'rejected' then
   -- While paused or disabled nothing counts (a write in flight when it happened).
   if status == 'active' or is_test then failures = failures + 1 end
-  redis.call('HSET', KEYS[1], 'last_failure', cjson.encode({at = iso, event_id = event_id, class = 'rejected', message = message}))
+  last_failure = cjson.encode({at = iso, event_id = event_id, class = 'rejected', message = message})
+  put('last_failure', last_failure)
   etype = 'delivery.rejected'
 elseif kind == 'not_taken' then
-  redis.call('HSET', KEYS[1], 'last_failure', cjson.encode({at = iso, event_id = event_id, class = 'not_taken', message = message}))
+  last_failure = cjson.encode({at = iso, event_id = event_id, class = 'not_taken', message = message})
+  put('last_failure', last_failure)
   etype = 'delivery.not_taken'
 else
   etype = 'message.expired'
 end
 fields.class = kind
-redis.call('HSET', KEYS[1], 'consecutive_failures', failures)
+put('consecutive_failures', failures)
 -- A warning threshold reached: destination.failing, once per threshold per run of
 -- failures (a delivery or an activation ends the run; the count only climbs by one).
 local warned = 0
 if kind == 'rejected' and status == 'active' and failures < disable_after then
   for t in string.gmatch(warn_after, '%d+') do
     if tonumber(t) == failures then
-      local failing = {at = iso, consecutive_failures = failures, rejections_left = disable_after - failures, message = message}
-      redis.call('HSET', KEYS[1], 'failing', cjson.encode(failing))
+      local f = {at = iso, consecutive_failures = failures, rejections_left = disable_after - failures, message = message}
+      failing = cjson.encode(f)
+      put('failing', failing)
       local body = cjson.encode({id = notice_id, type = 'destination.failing', destination = dest_id, account = acct,
-        connector = connector, at = iso, reason = failures .. ' rejected attempts in a row; ' .. failing.rejections_left ..
+        connector = connector, at = iso, reason = failures .. ' rejected attempts in a row; ' .. f.rejections_left ..
         ' more disable the destination; last: ' .. message, consecutive_failures = failures,
-        rejections_left = failing.rejections_left, last_failure = dec(redis.call('HGET', KEYS[1], 'last_failure'))})
+        rejections_left = f.rejections_left, last_failure = dec(last_failure)})
       redis.call('XADD', KEYS[7], '*', 'id', notice_id, 'type', 'destination.failing', 'body', body)
       warned = 1
     end
   end
 end
 -- The attempt log: kept longer than channel events, for the card's attempts page.
-local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+local n = tonumber(h[12] or '0') + 1
+put('attempts', n)
 redis.call('XADD', KEYS[6], n .. '-0', 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
 local first = nil
 if n % 32 == 0 then first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1] end
@@ -165,24 +196,30 @@ if first and tonumber(first[2][2]) < attempts_cutoff then
   end
   redis.call('XTRIM', KEYS[6], 'MINID', keep)
 end
-local seq = emit_both(etype, now_ms, cutoff, fields)
+local seq = emit_both(etype, now_ms, cutoff, fields,
+  state_of(status, failures, last_failure, last_delivery, disabled_json, failing, pending))
 local disabled = 0
 if kind == 'rejected' and failures >= disable_after and status == 'active' then
   local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
-  redis.call('HSET', KEYS[1], 'status', 'disabled', 'disabled', cjson.encode({at = iso, reason = reason, by = 'rejections'}))
-  redis.call('HDEL', KEYS[1], 'failing')
+  status, disabled_json, failing = 'disabled', cjson.encode({at = iso, reason = reason, by = 'rejections'}), false
+  put('status', status)
+  put('disabled', disabled_json)
+  del[#del + 1] = 'failing'
+  apply() -- announce_disabled reads the card's last failure
   announce_disabled(KEYS[7], notice_id, acct, dest_id, connector, iso, reason)
-  status = 'disabled'
   disabled = 1
-  seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason})
+  seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason},
+    state_of(status, failures, last_failure, last_delivery, disabled_json, failing, pending))
 end
-return {status, disabled, seq, redis.call('HGET', KEYS[1], 'cursor'), warned}
+local began = begin_next()
+return {status, disabled, seq, stored_cursor, warned, began}
 `)
 
 // Commit records one attempt atomically: the cursor, the count, the last failure or
 // delivery, the attempt log and the channel events, and, when it disables the
 // destination, destination.disabled in the account's outbox — or nothing, when the lease
-// token is stale (ErrStaleLease).
+// token is stale (ErrStaleLease). Commits of other destinations made at the same moment
+// share its round trip to Redis (group.go).
 func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	now := time.Now()
 	keys := append(c.Ref.chanKeys(), attemptsKey(c.Account, c.ID), outboxKey(c.Account))
@@ -194,12 +231,13 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	if c.Kind == KindRejected {
 		noticeID = newNoticeID()
 	}
-	res, err := commitScript.Run(ctx, s.rdb, keys,
+	reply, err := s.commits.run(ctx, s, commitScript, &scriptCall{keys: keys, args: []any{
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
-		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter),
-	).Slice()
+		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter), c.Next,
+	}})
+	res, _ := reply.([]any)
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):
 		return Committed{}, ErrStaleLease
@@ -207,16 +245,16 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		return Committed{}, ErrUnknownDestination
 	case err != nil:
 		return Committed{}, err
+	case len(res) < 6:
+		return Committed{}, fmt.Errorf("commit: unexpected answer %v", reply)
 	}
 	status, _ := res[0].(string)
 	disabled, _ := res[1].(int64)
 	seq, _ := res[2].(int64)
 	cursor, _ := res[3].(string)
-	var warned int64
-	if len(res) > 4 {
-		warned, _ = res[4].(int64)
-	}
-	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq, Cursor: cursor, Warned: warned == 1}, nil
+	warned, _ := res[4].(int64)
+	began, _ := res[5].(string)
+	return Committed{Status: status, Disabled: disabled == 1, Sequence: seq, Cursor: cursor, Warned: warned == 1, Began: began}, nil
 }
 
 func joinInts(ns []int) string {

@@ -9,12 +9,19 @@ local function dec(s)
   return cjson.null
 end
 
--- card_state is the part of a card a channel event carries: a watcher applies it whole.
+-- state_of is the part of a card a channel event carries (a watcher applies it whole),
+-- from the hash's fields as stored: status, consecutive_failures, then the JSON of
+-- last_failure, last_delivery, disabled, failing and pending (false: absent).
+local function state_of(status, failures, last_failure, last_delivery, disabled, failing, pending)
+  return {status = status or 'active', consecutive_failures = tonumber(failures or '0'),
+          last_failure = dec(last_failure), last_delivery = dec(last_delivery), disabled = dec(disabled),
+          failing = dec(failing), pending = dec(pending)}
+end
+
+-- card_state is the card state of the destination hash destkey, as stored now.
 local function card_state(destkey)
   local h = redis.call('HMGET', destkey, 'status', 'consecutive_failures', 'last_failure', 'last_delivery', 'disabled', 'failing', 'pending')
-  return {status = h[1] or 'active', consecutive_failures = tonumber(h[2] or '0'),
-          last_failure = dec(h[3]), last_delivery = dec(h[4]), disabled = dec(h[5]), failing = dec(h[6]),
-          pending = dec(h[7])}
+  return state_of(h[1], h[2], h[3], h[4], h[5], h[6], h[7])
 end
 
 -- emit appends one event to a channel with the next gap-free sequence. Every 32nd
@@ -38,9 +45,10 @@ local function emit(stream, seqkey, etype, now_ms, cutoff, data)
 end
 
 -- emit_both appends the same happening to the destination's and the account's channel.
--- KEYS[1] is the destination hash, KEYS[2..5] the two channels and their counters.
-local function emit_both(etype, now_ms, cutoff, fields)
-  fields.state = card_state(KEYS[1])
+-- KEYS[1] is the destination hash, KEYS[2..5] the two channels and their counters. The
+-- event carries state, or when nil the card's state as stored.
+local function emit_both(etype, now_ms, cutoff, fields, state)
+  fields.state = state or card_state(KEYS[1])
   local data = cjson.encode(fields)
   local seq = emit(KEYS[2], KEYS[3], etype, now_ms, cutoff, data)
   emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, data)
@@ -74,5 +82,21 @@ local function id_after(a, b)
   local bm, bs = string.match(b, '^(%d+)-(%d+)$')
   am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
   return am > bm or (am == bm and as > bs)
+end
+
+-- begin_write is the write fence (see BeginWrite): it marks that the write of log entry
+-- starts (writing = <entry>|<now_ms> in KEYS[1], the destination hash) and returns 'ok'
+-- if the destination is active, still under the epoch the worker read (epoch; '' not
+-- checked) and entry is past its cursor; else the reason, and nothing is written. The
+-- caller has checked the lease token.
+local function begin_write(entry, now_ms, epoch)
+  local h = redis.call('HMGET', KEYS[1], 'status', 'epoch', 'cursor')
+  if h[1] ~= 'active' then return h[1] end
+  -- A replay or an activation moved the cursor since the worker read it.
+  if epoch ~= '' and (h[2] or '0') ~= epoch then return 'moved' end
+  -- An activation meanwhile moved the cursor past this entry: it is not to be sent.
+  if not id_after(entry, h[3] or '0-0') then return 'skipped' end
+  redis.call('HSET', KEYS[1], 'writing', entry .. '|' .. now_ms)
+  return 'ok'
 end
 `

@@ -333,18 +333,10 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 
 var beginScript = redis.NewScript(luaPrelude + `
 local token, entry, now_ms, epoch = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if redis.call('HGET', KEYS[1], 'lease_token') ~= token then
-  return redis.error_reply('STALE lease token superseded')
-end
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
-if status ~= 'active' then return status end
--- A replay or an activation moved the cursor since the worker read it.
-if epoch ~= '' and (redis.call('HGET', KEYS[1], 'epoch') or '0') ~= epoch then return 'moved' end
--- An activation meanwhile moved the cursor past this entry: it is not to be sent.
-if not id_after(entry, redis.call('HGET', KEYS[1], 'cursor') or '0-0') then return 'skipped' end
-redis.call('HSET', KEYS[1], 'writing', entry .. '|' .. now_ms)
-return 'ok'
+local h = redis.call('HMGET', KEYS[1], 'lease_token', 'status')
+if h[1] ~= token then return redis.error_reply('STALE lease token superseded') end
+if not h[2] then return redis.error_reply('UNKNOWN destination has no stored state') end
+return begin_write(entry, now_ms, epoch)
 `)
 
 // BeginWrite marks that the lease holder (token) starts writing log entry to the
@@ -355,7 +347,9 @@ return 'ok'
 // activation moved the cursor past entry); ErrStaleLease when token is not the lease's.
 // The commit of the write clears the mark (Commit.Wrote). epoch is State.Epoch as the
 // worker read it ("" not checked): under another, the answer is "moved" (a replay or
-// an activation moved the cursor; the worker reads it again).
+// an activation moved the cursor; the worker reads it again). A write that follows an
+// ended one starts through that one's commit instead (Commit.Next): the same fence, in
+// the same script as the commit.
 func (s *Store) BeginWrite(ctx context.Context, r Ref, token int64, entry, epoch string) (string, error) {
 	res, err := beginScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID)},
 		strconv.FormatInt(token, 10), entry, time.Now().UnixMilli(), epoch).Text()

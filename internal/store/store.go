@@ -19,6 +19,7 @@ import (
 type Store struct {
 	rdb         redis.UniversalClient
 	minReplicas int
+	commits     group // commits arriving together share a round trip (group.go)
 }
 
 // New returns a Store over an open Redis client: a *redis.Client for one server, a

@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// roundTrips counts what a client sends: one per command, one per pipeline.
+type roundTrips struct{ n atomic.Int64 }
+
+func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// TestCommitsMadeAtOnceShareRoundTripsAndEachKeepsItsOwnAnswer: 60 destinations of
+// accounts spread over the slots commit at the same moment. Each commit is recorded on
+// its own destination (cursor, count), the one with a stale token alone is refused, and
+// on one server they took far fewer round trips than commits.
+func TestCommitsMadeAtOnceShareRoundTripsAndEachKeepsItsOwnAnswer(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		const n = 60
+		refs := make([]Ref, n)
+		tokens := make([]int64, n)
+		ids := make([][2]string, n)
+		for i := range refs {
+			refs[i] = Ref{Account: fmt.Sprintf("acct_group_%d", i%12), ID: fmt.Sprintf("dest-%d", i), Connector: "eventbridge"}
+			tokens[i], ids[i] = activeWithLease(t, st, refs[i])
+		}
+		counter := &roundTrips{}
+		_, single := st.rdb.(*redis.Client)
+		if single {
+			st.rdb.AddHook(counter)
+		}
+		const stale = 7
+		results := make([]Committed, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range refs {
+			wg.Go(func() {
+				<-start
+				token := tokens[i]
+				if i == stale {
+					token++
+				}
+				results[i], errs[i] = st.Commit(ctx, Commit{Ref: refs[i], Token: token, Kind: KindDelivered,
+					Cursor: ids[i][0], Wrote: ids[i][0], Next: ids[i][1], EventID: "ev", DisableAfter: 20,
+					ChannelRetention: time.Hour, AttemptsRetention: time.Hour})
+			})
+		}
+		close(start)
+		wg.Wait()
+		trips := counter.n.Load()
+		for i := range refs {
+			if i == stale {
+				if !errors.Is(errs[i], ErrStaleLease) {
+					t.Errorf("the stale commit: %v, want ErrStaleLease", errs[i])
+				}
+				continue
+			}
+			if errs[i] != nil || results[i].Cursor != ids[i][0] || results[i].Began != "ok" {
+				t.Errorf("commit %d: %+v, %v; want its own cursor %s and the next write begun", i, results[i], errs[i], ids[i][0])
+			}
+			s, err := st.LoadState(ctx, refs[i])
+			if err != nil || s.Cursor != ids[i][0] || s.LastDelivery == nil {
+				t.Errorf("state of %s: %+v, %v", refs[i].ID, s, err)
+			}
+		}
+		if single && trips > n/2 {
+			t.Errorf("%d commits made at once took %d round trips, want them shared", n, trips)
+		}
+	})
+}
