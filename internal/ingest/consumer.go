@@ -57,9 +57,10 @@ type Consumer struct {
 	connected atomic.Bool
 	nodes     *amqpnodes.Nodes // used by Run's goroutine only
 
-	// routing is held by handle for one batch, from routing to ack, so a batch is routed
-	// by one table and SetRouter swaps between batches. Each partition's goroutine takes
-	// it shared once a batch; a reload waits for the batches in hand.
+	// routing is held shared by each batch, from routing (prepare) to ack (settle), so a
+	// batch is routed by one table and SetRouter swaps between batches. Each partition's
+	// goroutine takes it once a batch (two batches in hand overlap); a reload waits for
+	// the batches in hand.
 	routing sync.RWMutex
 	router  Router
 
@@ -84,8 +85,8 @@ func New(opts Options) *Consumer {
 	return &Consumer{opts: opts, router: opts.Router, nodes: amqpnodes.New(opts.URLs)}
 }
 
-// SetRouter routes every event from the next batch on by r. It returns once the batch in
-// hand (routed by the old table) is acked: from then on no event is acked as unrouted
+// SetRouter routes every event from the next batch on by r. It returns once the batches
+// in hand (routed by the old table) are acked: from then on no event is acked as unrouted
 // unless r routes it nowhere. r must not change afterwards.
 func (c *Consumer) SetRouter(r Router) {
 	c.routing.Lock()
@@ -472,7 +473,7 @@ func (c *Consumer) rebalance(ctx context.Context, conn *amqp.Connection, parts [
 	}
 }
 
-// link is what handle needs of one broker connection.
+// link is what prepare needs of one broker connection.
 type link struct {
 	quarantine *amqp.Channel // publisher confirms on
 	nonce      string        // the headerFilter's: see unreadableReason
