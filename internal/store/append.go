@@ -31,8 +31,9 @@ type Entry struct {
 
 // xaddArgs is the XADD of e to log, trimming entries older than minID: the body goes
 // into the command as it is (go-redis writes a []byte argument without copying it into
-// a string), and never through Lua.
-func (e *Entry) xaddArgs(log, minID string) []any {
+// a string), and never through Lua. log and minID come boxed: the same for a whole
+// transaction, they are converted to interfaces once.
+func (e *Entry) xaddArgs(log, minID any) []any {
 	args := make([]any, 0, 26)
 	args = append(args, "xadd", log, "MINID", "~", minID, "*",
 		"event_id", e.EventID, "type", e.Type, "ce_type", e.CEType, "source", e.Source,
@@ -173,15 +174,16 @@ func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAg
 // with Options.MinReplicas, and sets each entry's log id.
 func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*accountAppends, ttl, minID string) error {
 	pipe := m.Pipeline()
-	sha := gateScript.Hash()
+	// Arguments shared by many commands are boxed once (each boxing of a string allocates).
+	sha, ttlArg, minIDArg := any(gateScript.Hash()), any(ttl), any(minID)
 	execs := make([]*redis.Cmd, len(accts))
 	for k, aa := range accts {
-		log, held := logKey(aa.acct), heldKey(aa.acct)
+		log, held := any(logKey(aa.acct)), any(heldKey(aa.acct))
 		pipe.Do(ctx, "multi")
 		pipe.Do(ctx, "script", "load", gateSource)
 		for _, e := range aa.entries {
-			pipe.Do(ctx, "evalsha", sha, 3, log, held, seenKey(aa.acct, e.EventID), ttl)
-			pipe.Do(ctx, e.xaddArgs(log, minID)...)
+			pipe.Do(ctx, "evalsha", sha, 3, log, held, seenKey(aa.acct, e.EventID), ttlArg)
+			pipe.Do(ctx, e.xaddArgs(log, minIDArg)...)
 		}
 		pipe.Do(ctx, "evalsha", sha, 2, log, held)
 		execs[k] = pipe.Do(ctx, "exec")
