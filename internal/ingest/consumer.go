@@ -327,8 +327,9 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, nonce str
 
 // batches handles what s delivers, one batch at a time, in two stages that overlap:
 // while one batch's append is in Redis, the next is formed, verified and routed
-// (prepare). Batches are appended and acked in order (settle), so a multiple ack never
-// covers a message of a later batch, and each is acked only once Redis holds it.
+// (prepare); once the first is acked (settle), what arrived meanwhile joins the next
+// before it goes to Redis. Batches are appended and acked in order, so a multiple ack
+// never covers a message of a later batch, and each is acked only once Redis holds it.
 func (c *Consumer) batches(ctx context.Context, p *partition, s *subscription) error {
 	var bufs [2][]amqp.Delivery // a batch in Redis and the one being formed
 	for i := range bufs {
@@ -339,6 +340,21 @@ func (c *Consumer) batches(ctx context.Context, p *partition, s *subscription) e
 		err := c.settle(inflight)
 		inflight = nil
 		return err
+	}
+	// fill adds to batch what is already waiting, up to the prefetch.
+	fill := func(batch []amqp.Delivery) []amqp.Delivery {
+		for len(batch) < cap(batch) {
+			select {
+			case d, ok := <-s.deliveries:
+				if !ok {
+					return batch // the next receive reports it
+				}
+				batch = append(batch, d)
+			default:
+				return batch
+			}
+		}
+		return batch
 	}
 	for next := 0; ; {
 		batch := bufs[next][:0]    // bufs[1-next] holds the batch in flight, if any
@@ -367,18 +383,7 @@ func (c *Consumer) batches(ctx context.Context, p *partition, s *subscription) e
 			}
 			batch = append(batch, d)
 		}
-	fill:
-		for len(batch) < cap(batch) {
-			select {
-			case d, ok := <-s.deliveries:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, d)
-			default:
-				break fill
-			}
-		}
+		batch = fill(batch)
 		p.last.Store(time.Now().UnixNano())
 		formed := time.Now().UnixNano()
 		c.heldSince.CompareAndSwap(0, formed) // the oldest batch in hand, of any partition
@@ -392,9 +397,16 @@ func (c *Consumer) batches(ctx context.Context, p *partition, s *subscription) e
 			}
 			c.routing.RLock()
 		}
-		pb, err := c.prepare(ctx, s.link, batch)
+		pb := &prepared{batch: batch, stored: make(chan struct{})}
+		err := c.prepare(ctx, s.link, pb, 0)
 		if err == nil && inflight != nil {
 			err = settle() // in order: the batch before this one is acked first
+			if n := len(pb.batch); err == nil && n < cap(pb.batch) {
+				// What arrived while that batch was in Redis joins this one.
+				if pb.batch = fill(pb.batch); len(pb.batch) > n {
+					err = c.prepare(ctx, s.link, pb, n)
+				}
+			}
 		}
 		if err != nil {
 			pb.spans.end(err)
@@ -494,19 +506,18 @@ type prepared struct {
 	err     error
 }
 
-// prepare verifies a batch, quarantines what fails and routes the rest. A message that
+// prepare verifies pb.batch[from:], quarantines what fails and routes the rest. A message that
 // cannot be quarantined by a copy (unreadable headers, a copy too large for a frame, a
 // copy the broker refused) is rejected instead, and the broker dead-letters it,
 // unchanged, to the quarantine exchange. The caller holds c.routing shared; settle
 // releases it once the batch is acked.
-func (c *Consumer) prepare(ctx context.Context, l link, batch []amqp.Delivery) (*prepared, error) {
+func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) error {
 	m := c.opts.Metrics
+	batch := pb.batch[from:]
 	m.Consumed.Add(float64(len(batch)))
-	pb := &prepared{
-		batch:    batch,
-		appends:  make([]store.Append, 0, len(batch)),
-		rejected: make([]bool, len(batch)),
-		stored:   make(chan struct{}),
+	pb.rejected = append(pb.rejected, make([]bool, len(batch))...)
+	if pb.appends == nil {
+		pb.appends = make([]store.Append, 0, cap(pb.batch))
 	}
 	type pending struct {
 		i      int
@@ -517,24 +528,24 @@ func (c *Consumer) prepare(ctx context.Context, l link, batch []amqp.Delivery) (
 	for i, d := range batch {
 		if reason := unreadableReason(d.Headers, l.nonce); reason != "" {
 			if err := c.deadLetter(d, reason, "headers the client cannot read"); err != nil {
-				return pb, err
+				return err
 			}
-			pb.rejected[i] = true
+			pb.rejected[from+i] = true
 			continue
 		}
 		entry, tenant, rej := c.check(d)
 		if rej != nil {
 			dc, err := c.quarantine(ctx, l, d, rej)
 			if err != nil {
-				return pb, err
+				return err
 			}
 			if dc == nil {
 				if err := c.deadLetter(d, rej.reason, "the quarantine copy would not fit in one frame"); err != nil {
-					return pb, err
+					return err
 				}
-				pb.rejected[i] = true
+				pb.rejected[from+i] = true
 			} else {
-				confirms = append(confirms, pending{i, rej.reason, dc})
+				confirms = append(confirms, pending{from + i, rej.reason, dc})
 			}
 			continue
 		}
@@ -550,18 +561,18 @@ func (c *Consumer) prepare(ctx context.Context, l link, batch []amqp.Delivery) (
 	for _, p := range confirms {
 		ok, err := p.dc.WaitContext(context.WithoutCancel(ctx))
 		if err != nil {
-			return pb, fmt.Errorf("quarantine publish not confirmed: %w", err)
+			return fmt.Errorf("quarantine publish not confirmed: %w", err)
 		}
 		if !ok {
-			if err := c.deadLetter(batch[p.i], p.reason, "the broker refused the quarantine copy"); err != nil {
-				return pb, err
+			if err := c.deadLetter(pb.batch[p.i], p.reason, "the broker refused the quarantine copy"); err != nil {
+				return err
 			}
 			pb.rejected[p.i] = true
 			continue
 		}
 		m.Quarantined.WithLabelValues(p.reason).Inc()
 	}
-	return pb, nil
+	return nil
 }
 
 // store appends pb's events (appendUntilStored) and closes pb.stored.
