@@ -57,9 +57,10 @@ type Consumer struct {
 	connected atomic.Bool
 	nodes     *amqpnodes.Nodes // used by Run's goroutine only
 
-	// routing is held by handle for one batch, from routing to ack, so a batch is routed
-	// by one table and SetRouter swaps between batches. Each partition's goroutine takes
-	// it shared once a batch; a reload waits for the batches in hand.
+	// routing is held shared by each batch, from routing (prepare) to ack (settle), so a
+	// batch is routed by one table and SetRouter swaps between batches. Each partition's
+	// goroutine takes it once a batch (two batches in hand overlap); a reload waits for
+	// the batches in hand.
 	routing sync.RWMutex
 	router  Router
 
@@ -84,8 +85,8 @@ func New(opts Options) *Consumer {
 	return &Consumer{opts: opts, router: opts.Router, nodes: amqpnodes.New(opts.URLs)}
 }
 
-// SetRouter routes every event from the next batch on by r. It returns once the batch in
-// hand (routed by the old table) is acked: from then on no event is acked as unrouted
+// SetRouter routes every event from the next batch on by r. It returns once the batches
+// in hand (routed by the old table) are acked: from then on no event is acked as unrouted
 // unless r routes it nowhere. r must not change afterwards.
 func (c *Consumer) SetRouter(r Router) {
 	c.routing.Lock()
@@ -324,40 +325,107 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, nonce str
 	}
 }
 
-// batches handles what s delivers, one batch at a time.
+// batches handles what s delivers, one batch at a time, in two stages that overlap:
+// while one batch's append is in Redis, the next is formed, verified and routed
+// (prepare); once the first is acked (settle), what arrived meanwhile joins the next
+// before it goes to Redis. Batches are appended and acked in order, so a multiple ack
+// never covers a message of a later batch, and each is acked only once Redis holds it.
 func (c *Consumer) batches(ctx context.Context, p *partition, s *subscription) error {
-	batch := make([]amqp.Delivery, 0, c.opts.Prefetch)
-	for {
-		batch = batch[:0]
-		select {
-		case <-ctx.Done():
-			return nil // unacked deliveries go back to the queue when the connection closes
-		case d, ok := <-s.deliveries:
-			if !ok {
-				return fmt.Errorf("delivery channel of %q closed by the broker", p.queue)
-			}
-			batch = append(batch, d)
-		}
-	fill:
+	var bufs [2][]amqp.Delivery // a batch in Redis and the one being formed
+	for i := range bufs {
+		bufs[i] = make([]amqp.Delivery, 0, c.opts.Prefetch)
+	}
+	var inflight *prepared // appending; nil: none
+	settle := func() error {
+		err := c.settle(inflight)
+		inflight = nil
+		return err
+	}
+	// fill adds to batch what is already waiting, up to the prefetch.
+	fill := func(batch []amqp.Delivery) []amqp.Delivery {
 		for len(batch) < cap(batch) {
 			select {
 			case d, ok := <-s.deliveries:
 				if !ok {
-					break fill
+					return batch // the next receive reports it
 				}
 				batch = append(batch, d)
 			default:
-				break fill
+				return batch
 			}
 		}
+		return batch
+	}
+	for next := 0; ; {
+		batch := bufs[next][:0]    // bufs[1-next] holds the batch in flight, if any
+		var stored <-chan struct{} // closed when the batch in flight is stored
+		if inflight != nil {
+			stored = inflight.stored
+		}
+		select {
+		case <-ctx.Done():
+			if inflight != nil {
+				return settle()
+			}
+			return nil // unacked deliveries go back to the queue when the connection closes
+		case <-stored:
+			if err := settle(); err != nil {
+				return err
+			}
+			continue
+		case d, ok := <-s.deliveries:
+			if !ok {
+				err := fmt.Errorf("delivery channel of %q closed by the broker", p.queue)
+				if inflight != nil { // settled all the same: it holds the routing lock
+					err = errors.Join(err, settle())
+				}
+				return err
+			}
+			batch = append(batch, d)
+		}
+		batch = fill(batch)
 		p.last.Store(time.Now().UnixNano())
-		c.heldSince.CompareAndSwap(0, time.Now().UnixNano()) // the oldest batch in hand, of any partition
-		err := c.handle(ctx, s.link, batch)
-		c.heldSince.Store(0)
+		formed := time.Now().UnixNano()
+		c.heldSince.CompareAndSwap(0, formed) // the oldest batch in hand, of any partition
+		// A reload waiting for the routing lock waits for the batch in flight: settle it
+		// before waiting in line (a reader blocked behind a writer would never settle it).
+		if !c.routing.TryRLock() {
+			if inflight != nil {
+				if err := settle(); err != nil {
+					return err
+				}
+			}
+			c.routing.RLock()
+		}
+		pb := &prepared{batch: batch, stored: make(chan struct{})}
+		err := c.prepare(ctx, s.link, pb, 0)
+		if err == nil && inflight != nil {
+			err = settle() // in order: the batch before this one is acked first
+			if n := len(pb.batch); err == nil && n < cap(pb.batch) {
+				// What arrived while that batch was in Redis joins this one.
+				if pb.batch = fill(pb.batch); len(pb.batch) > n {
+					err = c.prepare(ctx, s.link, pb, n)
+				}
+			}
+		}
 		if err != nil {
+			pb.spans.end(err)
+			c.routing.RUnlock()
+			if inflight != nil { // prepare failed: still settle the batch before it
+				err = errors.Join(err, settle())
+			}
+			c.heldSince.Store(0)
 			return err
 		}
+		c.heldSince.Store(formed)
+		pb.formed = formed
+		inflight = pb
+		next = 1 - next
+		go c.store(ctx, pb)
 		if p.yield.Load() {
+			if err := settle(); err != nil {
+				return err
+			}
 			return errYield
 		}
 	}
@@ -417,27 +485,40 @@ func (c *Consumer) rebalance(ctx context.Context, conn *amqp.Connection, parts [
 	}
 }
 
-// link is what handle needs of one broker connection.
+// link is what prepare needs of one broker connection.
 type link struct {
 	quarantine *amqp.Channel // publisher confirms on
 	nonce      string        // the headerFilter's: see unreadableReason
 	frameMax   int           // negotiated; 0: unlimited
 }
 
-// handle verifies a batch, quarantines what fails, appends the rest in one round trip,
-// and acks the batch only once Redis has answered for every event in it. A message
-// that cannot be quarantined by a copy (unreadable headers, a copy too large for a
-// frame, a copy the broker refused) is rejected instead, and the broker dead-letters
-// it, unchanged, to the quarantine exchange.
-func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (err error) {
-	c.routing.RLock()
-	defer c.routing.RUnlock()
-	var spans traceSpans
-	defer func() { spans.end(err) }()
+// prepared is a batch verified and routed (holding the routing lock shared), whose
+// append runs while the next batch is prepared.
+type prepared struct {
+	batch    []amqp.Delivery
+	appends  []store.Append
+	rejected []bool
+	spans    traceSpans
+	formed   int64 // unix ns the batch was formed
+
+	stored  chan struct{} // closed by store once results or err is set
+	results []store.Appended
+	err     error
+}
+
+// prepare verifies pb.batch[from:], quarantines what fails and routes the rest. A message that
+// cannot be quarantined by a copy (unreadable headers, a copy too large for a frame, a
+// copy the broker refused) is rejected instead, and the broker dead-letters it,
+// unchanged, to the quarantine exchange. The caller holds c.routing shared; settle
+// releases it once the batch is acked.
+func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) error {
 	m := c.opts.Metrics
+	batch := pb.batch[from:]
 	m.Consumed.Add(float64(len(batch)))
-	appends := make([]store.Append, 0, len(batch))
-	rejected := make([]bool, len(batch))
+	pb.rejected = append(pb.rejected, make([]bool, len(batch))...)
+	if pb.appends == nil {
+		pb.appends = make([]store.Append, 0, cap(pb.batch))
+	}
 	type pending struct {
 		i      int
 		reason string
@@ -449,7 +530,7 @@ func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (e
 			if err := c.deadLetter(d, reason, "headers the client cannot read"); err != nil {
 				return err
 			}
-			rejected[i] = true
+			pb.rejected[from+i] = true
 			continue
 		}
 		entry, tenant, rej := c.check(d)
@@ -462,9 +543,9 @@ func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (e
 				if err := c.deadLetter(d, rej.reason, "the quarantine copy would not fit in one frame"); err != nil {
 					return err
 				}
-				rejected[i] = true
+				pb.rejected[from+i] = true
 			} else {
-				confirms = append(confirms, pending{i, rej.reason, dc})
+				confirms = append(confirms, pending{from + i, rej.reason, dc})
 			}
 			continue
 		}
@@ -474,8 +555,8 @@ func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (e
 			c.opts.Logger.Debug("event for no account", "event_id", entry.EventID, "tenant", tenant)
 			continue
 		}
-		spans.start(c.opts.Tracer, d, &entry)
-		appends = append(appends, store.Append{Entry: entry, Accounts: accounts})
+		pb.spans.start(c.opts.Tracer, d, &entry)
+		pb.appends = append(pb.appends, store.Append{Entry: entry, Accounts: accounts})
 	}
 	for _, p := range confirms {
 		ok, err := p.dc.WaitContext(context.WithoutCancel(ctx))
@@ -483,19 +564,36 @@ func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (e
 			return fmt.Errorf("quarantine publish not confirmed: %w", err)
 		}
 		if !ok {
-			if err := c.deadLetter(batch[p.i], p.reason, "the broker refused the quarantine copy"); err != nil {
+			if err := c.deadLetter(pb.batch[p.i], p.reason, "the broker refused the quarantine copy"); err != nil {
 				return err
 			}
-			rejected[p.i] = true
+			pb.rejected[p.i] = true
 			continue
 		}
 		m.Quarantined.WithLabelValues(p.reason).Inc()
 	}
-	results, err := c.appendUntilStored(ctx, appends)
-	if err != nil {
-		return err
+	return nil
+}
+
+// store appends pb's events (appendUntilStored) and closes pb.stored.
+func (c *Consumer) store(ctx context.Context, pb *prepared) {
+	pb.results, pb.err = c.appendUntilStored(ctx, pb.appends)
+	close(pb.stored)
+}
+
+// settle waits for pb's append and acks the batch once Redis has answered for every
+// event in it: one multiple-ack of the last message not rejected covers them all (the
+// broker skips the rejected ones; a multiple-ack of a rejected one would fail as an
+// unknown delivery tag and close the channel). It releases the routing lock.
+func (c *Consumer) settle(pb *prepared) (err error) {
+	defer c.routing.RUnlock()
+	defer func() { pb.spans.end(err) }()
+	<-pb.stored
+	if pb.err != nil {
+		return pb.err
 	}
-	for _, r := range results {
+	m := c.opts.Metrics
+	for _, r := range pb.results {
 		if r.Duplicate() {
 			m.Duplicates.Inc()
 		} else {
@@ -505,23 +603,21 @@ func (c *Consumer) handle(ctx context.Context, l link, batch []amqp.Delivery) (e
 	if c.opts.AfterAppend != nil {
 		c.opts.AfterAppend()
 	}
-	// Every message of the batch not rejected is settled: one multiple-ack of the last
-	// of them covers them all (the broker skips the rejected ones; a multiple-ack of a
-	// rejected one would fail as an unknown delivery tag and close the channel).
-	for i := len(batch) - 1; i >= 0; i-- {
-		if rejected[i] {
+	for i := len(pb.batch) - 1; i >= 0; i-- {
+		if pb.rejected[i] {
 			continue
 		}
-		if err := batch[i].Ack(true); err != nil {
+		if err := pb.batch[i].Ack(true); err != nil {
 			return fmt.Errorf("ack: %w", err)
 		}
 		break
 	}
-	for _, r := range rejected {
+	for _, r := range pb.rejected {
 		if !r {
 			m.Acked.Inc()
 		}
 	}
+	c.heldSince.CompareAndSwap(pb.formed, 0)
 	return nil
 }
 

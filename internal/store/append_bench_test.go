@@ -19,9 +19,17 @@ import (
 // the bare operation of the same size (a Lua SET NX PX + XADD of the 1 KB body, through
 // go-redis) in the same run: report AppendX beside BareX, as a ratio.
 
-func BenchmarkAppendOne(b *testing.B)      { benchmarkAppend(b, 1) }
-func BenchmarkAppendBatch64(b *testing.B)  { benchmarkAppend(b, 64) }
-func BenchmarkAppendBatch256(b *testing.B) { benchmarkAppend(b, 256) } // a full prefetch window
+func BenchmarkAppendOne(b *testing.B)      { benchmarkAppend(b, 1, 1<<10) }
+func BenchmarkAppendBatch64(b *testing.B)  { benchmarkAppend(b, 64, 1<<10) }
+func BenchmarkAppendBatch256(b *testing.B) { benchmarkAppend(b, 256, 1<<10) } // a full prefetch window
+
+// The body-size benchmarks report redis-µs/event beside events/s: AppendBatch passes the
+// body in a plain XADD, BareLua* passes it through a script as the append did before
+// (Redis's Lua copies each argument into a string and hashes all of its bytes).
+func BenchmarkAppendBatch64Body16KB(b *testing.B)  { benchmarkAppend(b, 64, 16<<10) }
+func BenchmarkAppendBatch64Body64KB(b *testing.B)  { benchmarkAppend(b, 64, 64<<10) }
+func BenchmarkBareLuaBatch64Body16KB(b *testing.B) { benchmarkBareSize(b, 64, 16<<10) }
+func BenchmarkBareLuaBatch64Body64KB(b *testing.B) { benchmarkBareSize(b, 64, 64<<10) }
 
 // The spread benchmarks append 256-event batches over 64 accounts, on one server and on
 // a Redis Cluster of 3 masters (+ 3 replicas), with and without WAIT for one replica.
@@ -100,9 +108,9 @@ func mastersCPU(b *testing.B, st *store.Store) time.Duration {
 func BenchmarkBareOne(b *testing.B)     { benchmarkBare(b, 1) }
 func BenchmarkBareBatch64(b *testing.B) { benchmarkBare(b, 64) }
 
-// benchmarkAppend appends batches of size new events (1 KB bodies, one account each) and
-// reports events/s.
-func benchmarkAppend(b *testing.B, size int) {
+// benchmarkAppend appends batches of size new events (bodies of body bytes, one account
+// each) and reports events/s and the Redis CPU per event.
+func benchmarkAppend(b *testing.B, size, body int) {
 	st, err := store.Open(testpeer.StartRedis(b).URL())
 	if err != nil {
 		b.Fatal(err)
@@ -111,7 +119,7 @@ func benchmarkAppend(b *testing.B, size int) {
 	ctx := context.Background()
 	batch := make([]store.Append, size)
 	for i := range batch {
-		batch[i] = store.Append{Entry: benchEntry(), Accounts: []string{"acct_bench"}}
+		batch[i] = store.Append{Entry: benchEntrySized(body), Accounts: []string{"acct_bench"}}
 	}
 	// Warm the connection and load the script outside the timed loop.
 	if _, err := st.AppendBatch(ctx, []store.Append{{Entry: benchEntry(), Accounts: []string{"acct_warm"}}}, time.Hour, time.Hour); err != nil {
@@ -119,6 +127,7 @@ func benchmarkAppend(b *testing.B, size int) {
 	}
 	b.SetBytes(int64(size * len(batch[0].Entry.Data)))
 	b.ReportAllocs()
+	cpu0 := mastersCPU(b, st)
 	seq := 0
 	for b.Loop() {
 		for i := range batch {
@@ -134,6 +143,7 @@ func benchmarkAppend(b *testing.B, size int) {
 		}
 	}
 	b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric((mastersCPU(b, st)-cpu0).Seconds()*1e6/float64(seq), "redis-µs/event")
 }
 
 // bareScript is the least an append must do: the dedup marker and the log entry.
@@ -145,16 +155,27 @@ return ''
 `)
 
 // benchmarkBare runs bareScript size times per round trip and reports events/s.
-func benchmarkBare(b *testing.B, size int) {
-	rdb := redis.NewClient(&redis.Options{Addr: testpeer.StartRedis(b).Addr()})
+func benchmarkBare(b *testing.B, size int) { benchmarkBareSize(b, size, 1<<10) }
+
+// benchmarkBareSize is benchmarkBare with bodies of body bytes; it also reports the
+// Redis CPU per event.
+func benchmarkBareSize(b *testing.B, size, body int) {
+	peer := testpeer.StartRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: peer.Addr()})
 	defer rdb.Close()
+	st, err := store.Open(peer.URL()) // for mastersCPU
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
 	ctx := context.Background()
-	data := benchEntry().Data
+	data := benchEntrySized(body).Data
 	if err := bareScript.Load(ctx, rdb).Err(); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(size * len(data)))
 	b.ReportAllocs()
+	cpu0 := mastersCPU(b, st)
 	seq := 0
 	for b.Loop() {
 		pipe := rdb.Pipeline()
@@ -167,10 +188,14 @@ func benchmarkBare(b *testing.B, size int) {
 		}
 	}
 	b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric((mastersCPU(b, st)-cpu0).Seconds()*1e6/float64(seq), "redis-µs/event")
 }
 
 // benchEntry is an entry the size of a Worker event padded to a 1 KB body.
-func benchEntry() store.Entry {
+func benchEntry() store.Entry { return benchEntrySized(1 << 10) }
+
+// benchEntrySized is benchEntry with its body padded to body bytes.
+func benchEntrySized(body int) store.Entry {
 	return store.Entry{
 		Type:          "job.completed",
 		CEType:        "studio.lerian.job.completed",
@@ -179,6 +204,6 @@ func benchEntry() store.Entry {
 		Tenant:        "single-tenant",
 		Subject:       "0190f2a4-2222-7333-8444-555566667777",
 		SchemaVersion: "1.0.0",
-		Data:          []byte(`{"jobId":"0190f2a4-2222-7333-8444-555566667777","status":"completed","metadata":{"pad":"` + strings.Repeat("x", 1024-91) + `"}}`),
+		Data:          []byte(`{"jobId":"0190f2a4-2222-7333-8444-555566667777","status":"completed","metadata":{"pad":"` + strings.Repeat("x", body-91) + `"}}`),
 	}
 }

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// A batch that mixes new events and duplicates (of earlier batches and of its own
+// events, on an account whose log exists and on one whose log does not) stores each
+// new event once, in batch order, and leaves the log as the duplicates found it: same
+// entries, same last id, same entries-added (the lag count reads it), no key left over.
+func TestDuplicatesInABatchLeaveTheLogAsItWas(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		acct := "acct_dups_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		fresh := acct + "_fresh" // its only event is one it has seen: it never gets a log
+		ev := func(id string, accts ...string) Append {
+			return Append{Entry: Entry{EventID: id, Type: "job.completed", Data: []byte(`{"jobId":"` + id + `"}`)}, Accounts: accts}
+		}
+		first, err := st.AppendBatch(ctx, []Append{ev("ev-1", acct), ev("ev-2", acct)}, time.Hour, time.Hour)
+		if err != nil || first[0].Duplicate() || first[1].Duplicate() {
+			t.Fatalf("first batch: %v, %v", first, err)
+		}
+		// fresh has seen ev-9 (its marker is there) but holds no log.
+		if err := st.rdb.Set(ctx, seenKey(fresh, "ev-9"), "1", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := streamInfo(t, st, acct)
+
+		got, err := st.AppendBatch(ctx, []Append{
+			ev("ev-1", acct),        // seen in the first batch
+			ev("ev-3", acct),        // new, right after a duplicate
+			ev("ev-3", acct),        // its own duplicate, in the same batch
+			ev("ev-2", acct),        // seen, last of the account's transaction
+			ev("ev-9", fresh, acct), // seen by fresh, new to acct
+		}, time.Hour, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []bool{true, false, true, true, false}
+		for i, w := range want {
+			if got[i].Duplicate() != w {
+				t.Fatalf("event %d: %v, duplicate %v, want %v", i, got[i], got[i].Duplicate(), w)
+			}
+		}
+		if got[4][0] != "" || got[4][1] == "" {
+			t.Fatalf("ev-9: %v, want a duplicate for %s and a log id in %s", got[4], fresh, acct)
+		}
+
+		log, err := st.ReadLog(ctx, acct, "0", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range log {
+			ids = append(ids, e.EventID)
+		}
+		if want := "[ev-1 ev-2 ev-3 ev-9]"; fmt.Sprint(ids) != want {
+			t.Fatalf("log of %s: %v, want %s", acct, ids, want)
+		}
+		if log[2].ID != got[1][0] || log[3].ID != got[4][1] {
+			t.Fatalf("log ids %s, %s; AppendBatch said %s, %s", log[2].ID, log[3].ID, got[1][0], got[4][1])
+		}
+		after := streamInfo(t, st, acct)
+		if after.added != before.added+2 {
+			t.Fatalf("entries-added %d after two new events on %d: the duplicates counted", after.added, before.added)
+		}
+		for _, key := range []string{logKey(fresh), heldKey(fresh), heldKey(acct)} {
+			if n, err := st.rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Fatalf("%s: exists %d (%v), want no such key", key, n, err)
+			}
+		}
+
+		// Only duplicates: the log keeps its last id.
+		if _, err := st.AppendBatch(ctx, []Append{ev("ev-3", acct), ev("ev-1", acct)}, time.Hour, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if again := streamInfo(t, st, acct); again != after {
+			t.Fatalf("after a batch of duplicates the log is %+v, was %+v", again, after)
+		}
+	})
+}
+
+type stream struct {
+	length, added int64
+	lastID        string
+}
+
+func streamInfo(t *testing.T, st *Store, acct string) stream {
+	t.Helper()
+	info, err := st.rdb.XInfoStream(context.Background(), logKey(acct)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream{info.Length, info.EntriesAdded, info.LastGeneratedID}
+}
