@@ -79,7 +79,7 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 	base := bus.count()
 	pub.send(ctx, warm)
 	if !waitCount(ctx, bus, base, len(warm), 30*time.Second) {
-		return fail("warm-up: %d of %d on the bus after 30 s", bus.count()-base, len(warm))
+		return fail("warm-up: %d of %d on the bus, then none for 30 s", bus.count()-base, len(warm))
 	}
 	for k := range r.repeats {
 		evs := make([]*event, r.events)
@@ -96,7 +96,7 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 				return fail("PutEvents: %v", err)
 			default:
 			}
-			return fail("%d of %d on the bus after 120 s", bus.count()-base, len(evs))
+			return fail("%d of %d on the bus, then none for 120 s", bus.count()-base, len(evs))
 		}
 		res := &bareResult{loadCPU: selfCPU() - cpu0, rabbitCPU: procCPU(rabbitPID) - rabbit0}
 		var last time.Time

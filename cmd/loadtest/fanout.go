@@ -110,7 +110,7 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *stampedBus, base 
 	}
 	want := len(evs) * len(f.clients)
 	if !waitCount(ctx, bus, base, want, 30*time.Second) {
-		return 0, fmt.Errorf("%d of %d writes on the bus", bus.count()-base, want)
+		return 0, fmt.Errorf("%d of %d writes on the bus, then none for 30 s", bus.count()-base, want)
 	}
 	return want, nil
 }
