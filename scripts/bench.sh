@@ -29,7 +29,7 @@
 # BENCH_DOC unset that table is printed on stdout too.
 #
 #   make bench                          all of it, then docs/benchmarks.md is updated
-#   scripts/bench.sh -runs 1:2000:200   end to end only, these rows (destinations:events:rate[:bytes])
+#   scripts/bench.sh -runs 1:2000:200   end to end only, these rows (destinations:events:rate[:bytes[:repeats]])
 #   BENCH_DOC=- scripts/bench.sh        print the report instead of writing the doc
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
 #                                       1 KB ingest and 1,000 destinations on each (a shorter run)
@@ -61,7 +61,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 scripts/peers.sh install
-eval "$(scripts/peers.sh start "$state")"
+peer_env=$(scripts/peers.sh start "$state") # fails the script when a port is taken
+eval "$peer_env"
 echo "bench: building relay, loadtest and benchingest into $state" >&2
 go build -o "$state/relay" ./cmd/relay
 go build -o "$state/loadtest" ./cmd/loadtest

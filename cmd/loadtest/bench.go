@@ -159,6 +159,9 @@ type repResult struct {
 	loadCPU   time.Duration // this process: the publisher and the bus
 	rabbitCPU time.Duration // the broker (-rabbit-pid), 0 when not given
 	bare      *bareResult   // the bare path's repetition of the same index
+	// assumeCalls is how many AssumeRole calls STS answered meanwhile: each reads the
+	// role's ExternalId from Redis (RequireExternalIDOf), a cost that is the bench's own.
+	assumeCalls int
 }
 
 // masterCPU is the CPU time (used_cpu_user + used_cpu_sys of INFO cpu) one Redis master
@@ -454,8 +457,8 @@ destinations:
 			one.bare = bares[k]
 		}
 		res.reps = append(res.reps, one)
-		logf("%s%d destinations × %d events of %d B (%d of %d): %.0f deliveries/s, p50 %s p99 %s", baselineNote(r), r.dests, r.events, r.size,
-			k+1, r.repeats, one.perSec, one.lat.at(0.5), one.lat.at(0.99))
+		logf("%s%d destinations × %d events of %d B (%d of %d): %.0f deliveries/s, p50 %s p99 %s, %d AssumeRole calls", baselineNote(r), r.dests, r.events, r.size,
+			k+1, r.repeats, one.perSec, one.lat.at(0.5), one.lat.at(0.99), one.assumeCalls)
 	}
 	e.bus.mu.Lock()
 	res.dups = e.bus.dups - dupBase
@@ -474,6 +477,7 @@ func (e *benchEnv) timed(ctx context.Context, r benchRun, relayPID int, pub *pub
 		return one, "INFO cpu: " + err.Error()
 	}
 	relay0, load0, rabbit0 := procCPU(relayPID), selfCPU(), procCPU(e.rabbitPID)
+	assumed := len(e.sts.Requests())
 	start := time.Now()
 	publishAt(ctx, pub, evs, r.rate)
 	want := r.dests * len(evs)
@@ -482,6 +486,7 @@ func (e *benchEnv) timed(ctx context.Context, r benchRun, relayPID int, pub *pub
 		return one, fmt.Sprintf("%d of %d deliveries, then none for %s", e.bus.count()-base, want, stall)
 	}
 	one.relayCPU, one.loadCPU, one.rabbitCPU = procCPU(relayPID)-relay0, selfCPU()-load0, procCPU(e.rabbitPID)-rabbit0
+	one.assumeCalls = len(e.sts.Requests()) - assumed
 	redis1, err := redisCPU(ctx, rdb)
 	if err != nil {
 		return one, "INFO cpu: " + err.Error()
