@@ -47,6 +47,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	report(stdout, cfg, results, load)
+	if cfg.summary != "" {
+		return appendSummary(cfg.summary, summarize(cfg, results))
+	}
 	return nil
 }
 
@@ -65,6 +68,7 @@ type config struct {
 	peerPIDs          []peerPID
 	timeout           time.Duration // per phase
 	redisLabel        string        // what -redis is, for the report's heading
+	summary           string        // file the run's ratios are appended to, one JSON line
 }
 
 // peerPID names a peer process whose CPU time is read from /proc during each phase.
@@ -101,6 +105,7 @@ Both URLs must point at 127.0.0.1; scripts/bench-ingest.sh starts private peers.
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the first measured relay phase to this file")
 	fs.StringVar(&pids, "peer-pids", "", "peer processes to report CPU for, like rabbitmq=123,redis=456")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "longest a phase may take")
+	fs.StringVar(&c.summary, "summary", "", "append the relay/bare ratios of the runs to this file, one JSON line (scripts/bench.sh judges the aims from it)")
 	fs.StringVar(&c.redisLabel, "redis-label", "", "what -redis is (e.g. Redis Cluster, 3 masters + 3 replicas), named in the report's heading")
 	if err := fs.Parse(args); err != nil {
 		return c, err

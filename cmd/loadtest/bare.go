@@ -16,11 +16,11 @@ import (
 // amqp091-go consumer of a quorum queue that puts each delivery on the bus with one
 // PutEvents, one in flight as for one ordered destination, and then acks it. Its
 // publish-to-bus latency at a row's rate and size is the floor the relay's is read against.
-func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL string, key []byte, bus *stampedBus) *bareResult {
-	res := &bareResult{}
-	fail := func(format string, args ...any) *bareResult {
-		res.err = fmt.Sprintf(format, args...)
-		return res
+// It runs r.repeats times on one consumer, after a warm-up.
+func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL string, key []byte, bus *stampedBus, rabbitPID int) []*bareResult {
+	var out []*bareResult
+	fail := func(format string, args ...any) []*bareResult {
+		return append(out, &bareResult{err: fmt.Sprintf(format, args...)})
 	}
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
@@ -58,7 +58,7 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 	go func() {
 		for d := range deliveries {
 			id, _ := d.Headers["ce-id"].([]byte)
-			detail := `{"event_id":"` + string(id) + `","data":` + string(d.Body) + `}`
+			detail := bareDetail(string(id), d.Body)
 			_, err := eb.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 				EventBusName: aws.String(busARN), Source: aws.String("com.bench.bare"),
 				DetailType: aws.String(d.RoutingKey), Detail: aws.String(detail)}}})
@@ -79,25 +79,30 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 	base := bus.count()
 	pub.send(ctx, warm)
 	if !waitCount(ctx, bus, base, len(warm), 30*time.Second) {
-		return fail("warm-up: %d of %d on the bus after 30 s", bus.count()-base, len(warm))
+		return fail("warm-up: %d of %d on the bus, then none for 30 s", bus.count()-base, len(warm))
 	}
-	evs := make([]*event, r.events)
-	for i := range evs {
-		evs[i] = sizedEvent(name, key, i+len(warm), r.size)
-	}
-	base = bus.count()
-	start := time.Now()
-	publishAt(ctx, pub, evs, r.rate)
-	if !waitCount(ctx, bus, base, len(evs), 120*time.Second) {
-		select {
-		case err := <-putErr:
-			return fail("PutEvents: %v", err)
-		default:
+	for k := range r.repeats {
+		evs := make([]*event, r.events)
+		for i := range evs {
+			evs[i] = sizedEvent(name, key, len(warm)+k*r.events+i, r.size)
 		}
-		return fail("%d of %d on the bus after 120 s", bus.count()-base, len(evs))
+		base = bus.count()
+		cpu0, rabbit0 := selfCPU(), procCPU(rabbitPID)
+		start := time.Now()
+		publishAt(ctx, pub, evs, r.rate)
+		if !waitCount(ctx, bus, base, len(evs), 120*time.Second) {
+			select {
+			case err := <-putErr:
+				return fail("PutEvents: %v", err)
+			default:
+			}
+			return fail("%d of %d on the bus, then none for 120 s", bus.count()-base, len(evs))
+		}
+		res := &bareResult{loadCPU: selfCPU() - cpu0, rabbitCPU: procCPU(rabbitPID) - rabbit0}
+		var last time.Time
+		res.lat, last = bus.latencies(evs, []string{busARN})
+		res.perSec = float64(len(evs)) / last.Sub(start).Seconds()
+		out = append(out, res)
 	}
-	var last time.Time
-	res.lat, last = bus.latencies(evs, []string{busARN})
-	res.perSec = float64(len(evs)) / last.Sub(start).Seconds()
-	return res
+	return out
 }

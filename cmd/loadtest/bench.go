@@ -20,10 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
-	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
@@ -31,16 +27,16 @@ import (
 )
 
 // defaultRuns grows one thing at a time from one destination and 1 KB events at 200/s
-// (the latency row): the publish rate, the event size, the number of destinations.
-const defaultRuns = "1:2000:200,1:2000:0,1:2000:200:16384,1:1000:100:65536,100:200:0,1000:20:0,10000:10:0"
+// (the latency row): the publish rate, the event size, the number of destinations. The
+// rows an aim is judged on run three times (the fifth field) and give the median.
+const defaultRuns = "1:2000:200:1024:3,1:2000:0:1024:3,1:2000:200:16384,1:1000:100:65536,100:200:0:1024:3,1000:20:0:1024:3,10000:10:0"
 
 func parseRun(r string) (benchRun, error) {
 	p := strings.Split(r, ":")
-	if len(p) != 3 && len(p) != 4 {
-		return benchRun{}, fmt.Errorf("-runs %q: want destinations:events:rate[:bytes]", r)
+	if len(p) < 3 || len(p) > 5 {
+		return benchRun{}, fmt.Errorf("-runs %q: want destinations:events:rate[:bytes[:repeats]]", r)
 	}
-	n := make([]int, 4)
-	n[3] = 1024
+	n := []int{0, 0, 0, 1024, 1}
 	for i, f := range p {
 		v, err := strconv.Atoi(f)
 		if err != nil || v < 0 || (v == 0 && i != 2) {
@@ -48,7 +44,22 @@ func parseRun(r string) (benchRun, error) {
 		}
 		n[i] = v
 	}
-	return benchRun{dests: n[0], events: n[1], rate: n[2], size: n[3]}, nil
+	return benchRun{dests: n[0], events: n[1], rate: n[2], size: n[3], repeats: n[4]}, nil
+}
+
+func parseRuns(s string) ([]benchRun, error) {
+	var runs []benchRun
+	for _, r := range strings.Split(s, ",") {
+		if r == "" {
+			continue
+		}
+		br, err := parseRun(r)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, br)
+	}
+	return runs, nil
 }
 
 // stampedBus is the sandbox's EventBridge (awstest) with one addition: it notes when it
@@ -108,9 +119,11 @@ func (s *stampedBus) count() int {
 }
 
 type benchRun struct {
-	dests, events, rate int  // rate 0: publish as fast as confirms allow
-	size                int  // event body bytes
-	cluster             bool // on the Redis Cluster of -cluster-redis, not the server of -redis
+	dests, events, rate int    // rate 0: publish as fast as confirms allow
+	size                int    // event body bytes
+	repeats             int    // timed repetitions in one relay process (and as many of its bare path)
+	cluster             bool   // on the Redis Cluster of -cluster-redis, not the server of -redis
+	baseline            string // not "": the -baseline-relay binary (built at this rev) runs the row
 }
 
 // latencies are publish-to-bus-answer times, sorted.
@@ -123,64 +136,112 @@ func (l latencies) at(q float64) time.Duration {
 	return l[min(int(float64(len(l))*q), len(l)-1)]
 }
 
+// benchResult is one row: one relay process, its warm-up and idle window, then
+// repeats timed repetitions, each beside a repetition of its bare path.
 type benchResult struct {
 	benchRun
-	deliveries           int
-	perSec               float64
-	lat                  latencies
+	reps                 []repResult
 	dups                 int
 	rssIdle, rssEnd, hwm int // kB
 	startup              time.Duration
-	bare                 *bareResult // one-destination rows: the same load without the relay
-	redisCPU             []masterCPU // per Redis master, from publish to the last delivery
 	idleFor              time.Duration
 	idleCPU              []masterCPU // per Redis master, over idleFor after the warm-up, nothing published
 	err                  string
 }
 
+// repResult is one timed repetition: E events published, until every destination has
+// them; the CPU of each process over the same span.
+type repResult struct {
+	perSec    float64
+	lat       latencies
+	redisCPU  []masterCPU   // per Redis master
+	relayCPU  time.Duration // the relay process (/proc/PID/stat)
+	loadCPU   time.Duration // this process: the publisher and the bus
+	rabbitCPU time.Duration // the broker (-rabbit-pid), 0 when not given
+	bare      *bareResult   // the bare path's repetition of the same index
+	// assumeCalls is how many AssumeRole calls STS answered meanwhile: each reads the
+	// role's ExternalId from Redis (RequireExternalIDOf), a cost that is the bench's own.
+	assumeCalls int
+}
+
 // masterCPU is the CPU time (used_cpu_user + used_cpu_sys of INFO cpu) one Redis master
-// spent over a run's timed phase.
+// spent over a timed span.
 type masterCPU struct {
 	addr string
 	cpu  time.Duration
 }
 
+// bareResult is one repetition of a row's bare path: the bare pipeline for one
+// destination, the bare fan-out for many.
 type bareResult struct {
-	perSec float64
-	lat    latencies
-	err    string
+	perSec    float64
+	lat       latencies     // the bare pipeline's publish-to-bus latencies (none for the fan-out)
+	loadCPU   time.Duration // this process: publisher, consumer and bus, or writers and bus
+	rabbitCPU time.Duration
+	err       string
+}
+
+// redisTotal is the CPU of every master of rep together.
+func (rep repResult) redisTotal() time.Duration {
+	var t time.Duration
+	for _, m := range rep.redisCPU {
+		t += m.cpu
+	}
+	return t
+}
+
+// benchEnv is what every row shares: the peers, the sandbox cloud, the signing key.
+type benchEnv struct {
+	stateDir, amqpURL, stsURL, busURL string
+	relayBin, baselineBin             string
+	rabbitPID                         int
+	idleFor                           time.Duration
+	sts                               *awstest.STS
+	bus                               *stampedBus
+	key                               []byte
 }
 
 func runBench(ctx context.Context, args []string) error {
-	var relayBin, stateDir, amqpURL, redisURL, runsFlag, clusterURL, clusterRuns string
-	var bareFor, idleFor time.Duration
+	var e benchEnv
+	var redisURL, runsFlag, clusterURL, clusterRuns, baselineRuns, ingestPath, aimsOut string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&relayBin, "relay", "", "relay binary")
-	fs.StringVar(&stateDir, "state", "", "directory for configs and logs")
-	fs.StringVar(&amqpURL, "amqp", "", "broker URL (127.0.0.1)")
+	fs.StringVar(&e.relayBin, "relay", "", "relay binary")
+	fs.StringVar(&e.stateDir, "state", "", "directory for configs and logs")
+	fs.StringVar(&e.amqpURL, "amqp", "", "broker URL (127.0.0.1)")
 	fs.StringVar(&redisURL, "redis", "", "Redis URL (127.0.0.1); FLUSHALL before each run")
 	fs.StringVar(&runsFlag, "runs", defaultRuns,
-		"runs as destinations:events:rate[:bytes] (rate 0 = as fast as confirms allow; bytes default 1024)")
-	fs.DurationVar(&bareFor, "bare", 5*time.Second, "bare PutEvents loop duration")
+		"runs as destinations:events:rate[:bytes[:repeats]] (rate 0 = as fast as confirms allow; bytes default 1024, repeats 1)")
 	fs.StringVar(&clusterURL, "cluster-redis", "", "Redis Cluster URL (redis://node?addr=node…, 127.0.0.1) for the -cluster-runs rows; FLUSHALL on every master before each")
 	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0", "rows run on -cluster-redis after the others, as -runs")
-	fs.DurationVar(&idleFor, "idle", 5*time.Second, "per row, how long Redis CPU is read with nothing published, after the warm-up")
+	fs.StringVar(&e.baselineBin, "baseline-relay", "", "an older relay binary (the baseline) that runs the -baseline-runs rows too, in the same run")
+	fs.StringVar(&baselineRuns, "baseline-runs", "1000:20:0:1024:3", "rows the -baseline-relay runs on -redis, as -runs")
+	fs.StringVar(&ingestPath, "ingest-summary", "", "benchingest -summary file: its medians are judged in the aims table")
+	fs.StringVar(&aimsOut, "aims-out", "", "write the aims table to this file instead of stdout (scripts/bench.sh puts it first)")
+	fs.IntVar(&e.rabbitPID, "rabbit-pid", 0, "the broker's pid, to report its CPU per delivery")
+	fs.DurationVar(&e.idleFor, "idle", 5*time.Second, "per row, how long Redis CPU is read with nothing published, after the warm-up")
+	baselineLabel := fs.String("baseline-label", "baseline", "what -baseline-relay is (its git rev), for the report")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := loopback("amqp", amqpURL); err != nil {
+	if err := loopback("amqp", e.amqpURL); err != nil {
 		return err
 	}
 	if err := loopback("redis", redisURL); err != nil {
 		return err
 	}
-	var runs []benchRun
-	for _, r := range strings.Split(runsFlag, ",") {
-		br, err := parseRun(r)
+	runs, err := parseRuns(runsFlag)
+	if err != nil {
+		return err
+	}
+	if e.baselineBin != "" {
+		brs, err := parseRuns(baselineRuns)
 		if err != nil {
 			return err
 		}
-		runs = append(runs, br)
+		for _, br := range brs {
+			br.baseline = *baselineLabel
+			runs = append(runs, br)
+		}
 	}
 	var cluster *redis.ClusterClient
 	if clusterURL != "" {
@@ -193,62 +254,51 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		cluster = redis.NewClusterClient(o)
 		defer cluster.Close()
-		for _, r := range strings.Split(clusterRuns, ",") {
-			br, err := parseRun(r)
-			if err != nil {
-				return err
-			}
+		crs, err := parseRuns(clusterRuns)
+		if err != nil {
+			return err
+		}
+		for _, br := range crs {
 			br.cluster = true
 			runs = append(runs, br)
 		}
 	}
+	var ingest []ingestSummary
+	if ingestPath != "" {
+		if ingest, err = readIngestSummary(ingestPath); err != nil {
+			return err
+		}
+	}
 
-	// The cloud: STS trusting anyone for the bench role, the stamped EventBridge.
-	sts := awstest.NewSTSHandler()
-	const role = "arn:aws:iam::111122223333:role/bench-delivery-%d-%d" // one per destination: one trust policy per role
-	bus := &stampedBus{inner: awstest.NewEventBridgeHandler(), at: map[string]time.Time{}}
-	stsURL, closeSTS, err := serveLoopback(sts)
-	if err != nil {
+	// The cloud: STS trusting each role's own ExternalId, the stamped EventBridge.
+	e.sts = awstest.NewSTSHandler()
+	e.bus = &stampedBus{inner: awstest.NewEventBridgeHandler(), at: map[string]time.Time{}}
+	var closeSTS, closeBus func()
+	if e.stsURL, closeSTS, err = serveLoopback(e.sts); err != nil {
 		return err
 	}
 	defer closeSTS()
-	busURL, closeBus, err := serveLoopback(bus)
-	if err != nil {
+	if e.busURL, closeBus, err = serveLoopback(e.bus); err != nil {
 		return err
 	}
 	defer closeBus()
+	e.key = make([]byte, 32)
+	for i := range e.key {
+		e.key[i] = byte(i*5 + 3)
+	}
 
 	load := loadAvg()
-	bareRate, bareP50, bareP99, err := barePutEvents(ctx, busURL, bareFor)
-	if err != nil {
-		return fmt.Errorf("bare PutEvents: %w", err)
-	}
-	logf("bare PutEvents: %.0f/s, p50 %s, p99 %s", bareRate, bareP50, bareP99)
-
 	rdb := redis.NewClient(mustRedisOpts(redisURL))
 	defer rdb.Close()
-	key := make([]byte, 32)
-	for i := range key {
-		key[i] = byte(i*5 + 3)
-	}
 	var results []benchResult
 	for i, r := range runs {
-		var bare *bareResult
-		if r.dests == 1 {
-			bare = barePipeline(ctx, r, i, amqpURL, busURL, key, bus)
-			if bare.err != "" {
-				logf("run %d: bare pipeline failed: %s", i+1, bare.err)
-			} else {
-				logf("run %d: bare pipeline %.0f/s, p50 %s p99 %s", i+1, bare.perSec, bare.lat.at(0.5), bare.lat.at(0.99))
-			}
-		}
+		bares := e.bareReps(ctx, r, i)
 		var res benchResult
 		if r.cluster {
-			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, clusterURL, stsURL, busURL, role, key, bus, sts, cluster, idleFor)
+			res = e.benchOne(ctx, r, i, clusterURL, cluster, bares)
 		} else {
-			res = benchOne(ctx, r, i, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role, key, bus, sts, rdb, idleFor)
+			res = e.benchOne(ctx, r, i, redisURL, rdb, bares)
 		}
-		res.bare = bare
 		if res.err != "" {
 			logf("run %d (%d destinations) failed: %s", i+1, r.dests, res.err)
 		}
@@ -256,17 +306,57 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	loadAfter := loadAvg()
 
-	fmt.Print(benchReport(results, bareFor, bareRate, bareP50, bareP99, load, loadAfter))
+	aims := aimsTable(judgeAims(ingest, results))
+	if aimsOut == "" {
+		fmt.Print(aims)
+	} else if err := os.WriteFile(aimsOut, []byte(aims), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(benchReport(results, load, loadAfter))
 	return nil
 }
 
-func benchOne(ctx context.Context, r benchRun, idx int, relayBin, stateDir, amqpURL, redisURL, stsURL, busURL, role string,
-	key []byte, bus *stampedBus, sts *awstest.STS, rdb redis.UniversalClient, idleFor time.Duration) (res benchResult) {
+// bareReps measures a row's bare path r.repeats times, before the row's relay starts:
+// the bare pipeline for one destination, the bare fan-out for many.
+func (e *benchEnv) bareReps(ctx context.Context, r benchRun, idx int) []*bareResult {
+	var bares []*bareResult
+	if r.dests == 1 {
+		bares = barePipeline(ctx, r, idx, e.amqpURL, e.busURL, e.key, e.bus, e.rabbitPID)
+	} else {
+		f, err := newFanOut(ctx, r, idx, e.stsURL, e.busURL, e.sts, e.bus, e.key)
+		if err != nil {
+			bares = []*bareResult{{err: "bare fan-out: " + err.Error()}}
+		} else {
+			for range r.repeats {
+				evs := make([]*event, r.events)
+				for i := range evs {
+					evs[i] = sizedEvent("bench.fanout", e.key, i+1, r.size)
+				}
+				bares = append(bares, f.run(ctx, evs, e.bus))
+			}
+			f.close()
+		}
+	}
+	for k, b := range bares {
+		if b.err != "" {
+			logf("run %d: bare path failed: %s", idx+1, b.err)
+		} else {
+			logf("run %d.%d: bare %s %.0f/s", idx+1, k+1, bareKind(r), b.perSec)
+		}
+	}
+	return bares
+}
+
+// benchOne runs row r on one `relay serve` (the baseline binary for a baseline row)
+// against rdb at redisURL; bares[k] is the bare path's repetition k, set beside the
+// relay's.
+func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL string, rdb redis.UniversalClient, bares []*bareResult) (res benchResult) {
 	res.benchRun = r
 	if err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() }); err != nil {
 		res.err = err.Error()
 		return
 	}
+	const role = "arn:aws:iam::111122223333:role/bench-delivery-%d-%d" // one per destination: one trust policy per role
 	exchange := fmt.Sprintf("bench.%d.%d", idx, time.Now().Unix())
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `identity:
@@ -284,19 +374,30 @@ delivery:
 accounts:
   - {id: acct_bench, tenants: [single-tenant]}
 destinations:
-`, amqpURL, exchange, exchange, redisURL, stsURL, busURL)
+`, e.amqpURL, exchange, exchange, redisURL, e.stsURL, e.busURL)
 	buses := make([]string, r.dests)
 	for i := range r.dests {
 		buses[i] = fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-%d-%d", idx, i)
 		fmt.Fprintf(&cfg, "  - {id: d%d, account: acct_bench, connector: eventbridge, bus_arn: %q, role_arn: %q}\n", i, buses[i], fmt.Sprintf(role, idx, i))
 	}
-	cfgPath := filepath.Join(stateDir, fmt.Sprintf("relay.bench.%d.yaml", idx))
+	cfgPath := filepath.Join(e.stateDir, fmt.Sprintf("relay.bench.%d.yaml", idx))
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
 		res.err = err.Error()
 		return
 	}
-	rep := &replica{name: fmt.Sprintf("bench-%d", idx), bin: relayBin, config: cfgPath, logDir: stateDir,
-		env: []string{"BENCH_HMAC_KEY=" + hex.EncodeToString(key), "AWS_ACCESS_KEY_ID=AKIDBENCH",
+	// The customer's side: each role trusts its destination's ExternalId, read from Redis
+	// when the role is assumed (the relay stores it at startup), so the first setup check
+	// passes.
+	for i := range r.dests {
+		key := fmt.Sprintf("relay:{acct_bench}:dest:d%d", i)
+		e.sts.RequireExternalIDOf(fmt.Sprintf(role, idx, i), func() string { return rdb.HGet(ctx, key, "external_id").Val() })
+	}
+	bin := e.relayBin
+	if r.baseline != "" {
+		bin = e.baselineBin
+	}
+	rep := &replica{name: fmt.Sprintf("bench-%d", idx), bin: bin, config: cfgPath, logDir: e.stateDir,
+		env: []string{"BENCH_HMAC_KEY=" + hex.EncodeToString(e.key), "AWS_ACCESS_KEY_ID=AKIDBENCH",
 			"AWS_SECRET_ACCESS_KEY=bench-not-a-secret", "AWS_EC2_METADATA_DISABLED=true"}}
 	t0 := time.Now()
 	if err := rep.start(); err != nil {
@@ -304,43 +405,24 @@ destinations:
 		return
 	}
 	defer rep.kill(syscall.SIGTERM)
-	if err := waitLog(ctx, []*replica{rep}, stateDir, `"msg":"consuming"`, 120*time.Second); err != nil {
+	if err := waitLog(ctx, []*replica{rep}, e.stateDir, `"msg":"consuming"`, 120*time.Second); err != nil {
 		res.err = err.Error()
 		return
 	}
-	// The customer's side: each role trusts its destination's ExternalId (from Redis).
-	pipe := rdb.Pipeline()
-	ext := make([]*redis.StringCmd, r.dests)
-	for i := range r.dests {
-		ext[i] = pipe.HGet(ctx, fmt.Sprintf("relay:{acct_bench}:dest:d%d", i), "external_id")
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		res.err = "read ExternalIds: " + err.Error()
-		return
-	}
-	for i := range r.dests {
-		sts.RequireExternalID(fmt.Sprintf(role, idx, i), ext[i].Val())
-	}
-	pub := &publisher{urls: []string{amqpURL}, exchange: exchange}
+	pub := &publisher{urls: []string{e.amqpURL}, exchange: exchange}
 	defer pub.close()
 	// Warm-up: one event, until every destination has it (leases taken, sessions assumed).
-	warm := sizedEvent(exchange, key, 0, r.size)
+	warm := sizedEvent(exchange, e.key, 0, r.size)
 	pub.send(ctx, []*event{warm})
-	base := bus.count()
-	if !waitCount(ctx, bus, base, r.dests, 300*time.Second) {
-		res.err = fmt.Sprintf("warm-up: %d of %d destinations got the first event in 300 s", bus.count()-base, r.dests)
+	base := e.bus.count()
+	if !waitCount(ctx, e.bus, base, r.dests, 300*time.Second) {
+		res.err = fmt.Sprintf("warm-up: %d of %d destinations got the first event, then none for 300 s", e.bus.count()-base, r.dests)
 		return
 	}
 	res.startup = time.Since(t0)
 	res.rssIdle, _ = procStatus(rep.pid())
 	logf("%d destinations: warm after %s, RSS %d kB", r.dests, res.startup.Round(time.Millisecond), res.rssIdle)
 
-	base = bus.count()
-	dupBase := bus.dups
-	evs := make([]*event, r.events)
-	for i := range evs {
-		evs[i] = sizedEvent(exchange, key, i+1, r.size)
-	}
 	// What the destinations cost Redis with nothing to deliver (leases renewed, logs
 	// watched): a window of idleFor before the load.
 	idle0, err := redisCPU(ctx, rdb)
@@ -349,43 +431,80 @@ destinations:
 		return
 	}
 	idleStart := time.Now()
-	sleepUntil(ctx, idleStart.Add(idleFor))
-	cpu0, err := redisCPU(ctx, rdb)
+	sleepUntil(ctx, idleStart.Add(e.idleFor))
+	idle1, err := redisCPU(ctx, rdb)
 	if err != nil {
 		res.err = "INFO cpu: " + err.Error()
 		return
 	}
 	res.idleFor = time.Since(idleStart)
-	for _, addr := range slices.Sorted(maps.Keys(cpu0)) {
-		res.idleCPU = append(res.idleCPU, masterCPU{addr, cpu0[addr] - idle0[addr]})
+	for _, addr := range slices.Sorted(maps.Keys(idle1)) {
+		res.idleCPU = append(res.idleCPU, masterCPU{addr, idle1[addr] - idle0[addr]})
 	}
+	e.bus.mu.Lock()
+	dupBase := e.bus.dups
+	e.bus.mu.Unlock()
+	for k := range r.repeats {
+		evs := make([]*event, r.events)
+		for i := range evs {
+			evs[i] = sizedEvent(exchange, e.key, k*r.events+i+1, r.size)
+		}
+		var one repResult
+		if one, res.err = e.timed(ctx, r, rep.pid(), pub, rdb, evs, buses); res.err != "" {
+			return
+		}
+		if k < len(bares) {
+			one.bare = bares[k]
+		}
+		res.reps = append(res.reps, one)
+		logf("%s%d destinations × %d events of %d B (%d of %d): %.0f deliveries/s, p50 %s p99 %s, %d AssumeRole calls", baselineNote(r), r.dests, r.events, r.size,
+			k+1, r.repeats, one.perSec, one.lat.at(0.5), one.lat.at(0.99), one.assumeCalls)
+	}
+	e.bus.mu.Lock()
+	res.dups = e.bus.dups - dupBase
+	e.bus.mu.Unlock()
+	res.rssEnd, res.hwm = procStatus(rep.pid())
+	return
+}
+
+// timed is one repetition: evs published at the row's rate until every destination
+// has them all, and what each process spent meanwhile.
+func (e *benchEnv) timed(ctx context.Context, r benchRun, relayPID int, pub *publisher, rdb redis.UniversalClient, evs []*event, buses []string) (repResult, string) {
+	var one repResult
+	base := e.bus.count()
+	redis0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return one, "INFO cpu: " + err.Error()
+	}
+	relay0, load0, rabbit0 := procCPU(relayPID), selfCPU(), procCPU(e.rabbitPID)
+	assumed := len(e.sts.Requests())
 	start := time.Now()
 	publishAt(ctx, pub, evs, r.rate)
-	want := r.dests * r.events
-	limit := 120*time.Second + time.Duration(want)*time.Millisecond
-	if !waitCount(ctx, bus, base, want, limit) {
-		res.err = fmt.Sprintf("%d of %d deliveries after %s", bus.count()-base, want, limit)
-		return
+	want := r.dests * len(evs)
+	const stall = time.Minute
+	if !waitCount(ctx, e.bus, base, want, stall) {
+		return one, fmt.Sprintf("%d of %d deliveries, then none for %s", e.bus.count()-base, want, stall)
 	}
-	cpu1, err := redisCPU(ctx, rdb)
+	one.relayCPU, one.loadCPU, one.rabbitCPU = procCPU(relayPID)-relay0, selfCPU()-load0, procCPU(e.rabbitPID)-rabbit0
+	one.assumeCalls = len(e.sts.Requests()) - assumed
+	redis1, err := redisCPU(ctx, rdb)
 	if err != nil {
-		res.err = "INFO cpu: " + err.Error()
-		return
+		return one, "INFO cpu: " + err.Error()
 	}
-	for _, addr := range slices.Sorted(maps.Keys(cpu1)) {
-		res.redisCPU = append(res.redisCPU, masterCPU{addr, cpu1[addr] - cpu0[addr]})
+	for _, addr := range slices.Sorted(maps.Keys(redis1)) {
+		one.redisCPU = append(one.redisCPU, masterCPU{addr, redis1[addr] - redis0[addr]})
 	}
 	var last time.Time
-	res.lat, last = bus.latencies(evs, buses)
-	bus.mu.Lock()
-	res.dups = bus.dups - dupBase
-	bus.mu.Unlock()
-	res.rssEnd, res.hwm = procStatus(rep.pid())
-	res.deliveries = want
-	res.perSec = float64(want) / last.Sub(start).Seconds()
-	logf("%d destinations × %d events of %d B: %.0f deliveries/s, p50 %s p99 %s", r.dests, r.events, r.size,
-		res.perSec, res.lat.at(0.5), res.lat.at(0.99))
-	return
+	one.lat, last = e.bus.latencies(evs, buses)
+	one.perSec = float64(want) / last.Sub(start).Seconds()
+	return one, ""
+}
+
+func baselineNote(r benchRun) string {
+	if r.baseline == "" {
+		return ""
+	}
+	return "relay at " + r.baseline + ": "
 }
 
 // latencies returns, for every event that reached one of buses, the time from its first
@@ -438,13 +557,18 @@ func sizedEvent(exchange string, key []byte, seq, size int) *event {
 	return &event{id: j.EventID(), key: j.RoutingKey(), msg: jobevent.Build(j, exchange, key, now)}
 }
 
-func waitCount(ctx context.Context, bus *stampedBus, base, want int, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for bus.count()-base < want {
+// waitCount waits until the bus has taken want entries more than base, and gives up
+// when it takes none for stall: a slow machine slows a row, a stuck relay ends it.
+func waitCount(ctx context.Context, bus *stampedBus, base, want int, stall time.Duration) bool {
+	seen, deadline := bus.count(), time.Now().Add(stall)
+	for seen-base < want {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}
 		time.Sleep(time.Millisecond)
+		if n := bus.count(); n > seen {
+			seen, deadline = n, time.Now().Add(stall)
+		}
 	}
 	return true
 }
@@ -457,36 +581,6 @@ func serveLoopback(h http.Handler) (string, func(), error) {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
-}
-
-// barePutEvents is a plain SDK client putting one entry at a time on the same bus.
-func barePutEvents(ctx context.Context, url string, d time.Duration) (float64, time.Duration, time.Duration, error) {
-	c := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDBARE", "bare", "")})
-	detail := `{"event_id":"bare","type":"job.completed","data":{"jobId":"x","pad":"` + strings.Repeat("x", 900) + `"}}`
-	put := func() error {
-		_, err := c.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
-			EventBusName: aws.String("arn:aws:events:us-east-1:111122223333:event-bus/bare"),
-			Source:       aws.String("com.bare"), DetailType: aws.String("job.completed"), Detail: aws.String(detail)}}})
-		return err
-	}
-	for range 500 { // warm-up
-		if err := put(); err != nil {
-			return 0, 0, 0, err
-		}
-	}
-	var lat []time.Duration
-	start := time.Now()
-	for time.Since(start) < d {
-		t := time.Now()
-		if err := put(); err != nil {
-			return 0, 0, 0, err
-		}
-		lat = append(lat, time.Since(t))
-	}
-	el := time.Since(start)
-	slices.Sort(lat)
-	return float64(len(lat)) / el.Seconds(), lat[len(lat)/2], lat[len(lat)*99/100], nil
 }
 
 // forEachMaster runs fn on the one server, or on every master of a cluster.

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+
+	"github.com/mercamap/relay/internal/awstest"
+)
+
+// fanOutConns caps the bare fan-out's connections to the bus: one per writer up to this
+// many (10,000 writers with a connection each would hold 20,000 descriptors in this
+// process, bus side included), shared beyond it.
+const fanOutConns = 1024
+
+// fanOut is the bare fan-out of a many-destination row: one writer per destination, each
+// with its own assumed session and SDK client (as the relay's sink keeps them), putting
+// the row's events on its own bus of the same sandbox EventBridge, one PutEvents entry
+// at a time, the next only after the answer. No broker, no Redis, no relay: the limit of
+// this machine for the row's writes, signed the same way.
+type fanOut struct {
+	buses   []string
+	clients []*eventbridge.Client
+	http    *awshttp.BuildableClient
+}
+
+// newFanOut assumes one role per destination on the sandbox STS (each trusting its own
+// ExternalId, as in the relay's rows) and builds its client, then warms every writer up
+// with one write, so the timed repetitions see live sessions and connections.
+func newFanOut(ctx context.Context, r benchRun, idx int, stsURL, busURL string, stsH *awstest.STS, bus *stampedBus, key []byte) (*fanOut, error) {
+	conns := min(r.dests, fanOutConns)
+	f := &fanOut{buses: make([]string, r.dests), clients: make([]*eventbridge.Client, r.dests),
+		http: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+			t.MaxConnsPerHost, t.MaxIdleConnsPerHost, t.MaxIdleConns = conns, conns, conns
+		})}
+	ours := sts.New(sts.Options{Region: "us-east-1", BaseEndpoint: aws.String(stsURL), HTTPClient: f.http,
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDBENCH", "bench-not-a-secret", "")})
+	err := parallel(ctx, r.dests, func(i int) error {
+		role := fmt.Sprintf("arn:aws:iam::111122223333:role/bench-fanout-%d-%d", idx, i)
+		ext := fmt.Sprintf("bench-fanout-%d-%d", idx, i)
+		stsH.RequireExternalID(role, ext)
+		f.buses[i] = fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-fanout-%d-%d", idx, i)
+		out, err := ours.AssumeRole(ctx, &sts.AssumeRoleInput{RoleArn: aws.String(role),
+			RoleSessionName: aws.String("mercamap-acct_bench"), ExternalId: aws.String(ext), DurationSeconds: aws.Int32(900)})
+		if err != nil {
+			return fmt.Errorf("assume %s: %w", role, err)
+		}
+		c := out.Credentials
+		f.clients[i] = eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(busURL),
+			HTTPClient: f.http, Retryer: aws.NopRetryer{},
+			Credentials: credentials.NewStaticCredentialsProvider(aws.ToString(c.AccessKeyId), aws.ToString(c.SecretAccessKey), aws.ToString(c.SessionToken))})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	warm := []*event{sizedEvent("bench.fanout", key, 0, r.size)}
+	base := bus.count()
+	if _, err := f.write(ctx, warm, bus, base); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	return f, nil
+}
+
+// run writes evs to every bus, all writers starting together, and measures it: the rate
+// is N × E / (start → the bus's last answer), the CPU that of this process (writers and
+// bus), in which nothing else runs meanwhile.
+func (f *fanOut) run(ctx context.Context, evs []*event, bus *stampedBus) *bareResult {
+	base := bus.count()
+	cpu0 := selfCPU()
+	start := time.Now()
+	if _, err := f.write(ctx, evs, bus, base); err != nil {
+		return &bareResult{err: err.Error()}
+	}
+	res := &bareResult{loadCPU: selfCPU() - cpu0}
+	_, last := bus.latencies(evs, f.buses)
+	res.perSec = float64(len(evs)*len(f.buses)) / last.Sub(start).Seconds()
+	return res
+}
+
+// write puts evs, in order and one at a time, on each writer's bus, and waits until the
+// bus holds all of them.
+func (f *fanOut) write(ctx context.Context, evs []*event, bus *stampedBus, base int) (int, error) {
+	for _, e := range evs {
+		e.sentAt = time.Now() // no publish here: "sent" is the start of the writes
+	}
+	err := parallel(ctx, len(f.clients), func(i int) error {
+		for _, e := range evs {
+			if _, err := f.clients[i].PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+				EventBusName: aws.String(f.buses[i]), Source: aws.String("com.bench.bare"), DetailType: aws.String(e.key),
+				Detail: aws.String(bareDetail(e.id, e.msg.Body)), Time: aws.Time(time.Now())}}}); err != nil {
+				return fmt.Errorf("PutEvents to %s: %w", f.buses[i], err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	want := len(evs) * len(f.clients)
+	if !waitCount(ctx, bus, base, want, 30*time.Second) {
+		return 0, fmt.Errorf("%d of %d writes on the bus, then none for 30 s", bus.count()-base, want)
+	}
+	return want, nil
+}
+
+func (f *fanOut) close() { f.http.GetTransport().CloseIdleConnections() }
+
+// bareDetail is what the bare paths put on the bus for an event: its id and its body,
+// as the relay's message carries them.
+func bareDetail(id string, body []byte) string {
+	return `{"event_id":"` + id + `","data":` + string(body) + `}`
+}
+
+// parallel runs fn(0) … fn(n-1) on n goroutines and returns the first error.
+func parallel(ctx context.Context, n int, fn func(int) error) error {
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(i); err != nil {
+				once.Do(func() { first = err })
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// selfCPU is this process's CPU time so far, user + system.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clockTick is USER_HZ, the unit of /proc/PID/stat times: 100 on every Linux Go runs on.
+const clockTick = 10 * time.Millisecond
+
+// procCPU is the CPU time (utime + stime, every thread) of process pid so far, from
+// /proc/PID/stat; 0 when it cannot be read.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: count the fields after its closing ')'.
+	s := string(data)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == ')' {
+			s = s[i+1:]
+			break
+		}
+	}
+	var state string
+	var skip [10]int64
+	var utime, stime int64
+	if _, err := fmt.Sscan(s, &state, &skip[0], &skip[1], &skip[2], &skip[3], &skip[4], &skip[5], &skip[6], &skip[7], &skip[8], &skip[9], &utime, &stime); err != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * clockTick
+}
