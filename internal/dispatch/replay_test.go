@@ -151,6 +151,8 @@ func TestWarningsAtFiveAndFifteenOnceEachAndADeliveryStartsARunAnew(t *testing.T
 	reject.Store(false)
 	ok := r.publish("job.completed")
 	waitFor(t, "the delivery", func() bool { return slices.Contains(sink.got("orders"), ok[0]) })
+	// The bus has it before Redis has its outcome: wait for the commit.
+	waitFor(t, "the delivery committed", func() bool { return r.state("orders").ConsecutiveFailures == 0 })
 	if st := r.state("orders"); st.Failing != nil {
 		t.Fatalf("card failing after a delivery = %+v, want none", st.Failing)
 	}
