@@ -138,6 +138,33 @@ func (r *rig) publish(ch *amqp.Channel, routingKey string, msgs ...amqp.Publishi
 	}
 }
 
+// publishJobs publishes n completed jobs (ids 0190f2a4-<series>-7000-8000-<i>) with
+// publisher confirms, all in flight at once, and waits for every confirm; it returns their
+// event ids in publish order.
+func (r *rig) publishJobs(ch *amqp.Channel, series string, n int) []string {
+	r.t.Helper()
+	if err := ch.Confirm(false); err != nil {
+		r.t.Fatal(err)
+	}
+	var ids []string
+	var confirms []*amqp.DeferredConfirmation
+	for i := range n {
+		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-%s-7000-8000-%012d", series, i), Status: "completed"}
+		dc, err := ch.PublishWithDeferredConfirm(r.topo.Exchange, job.RoutingKey(), false, false, jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		confirms = append(confirms, dc)
+		ids = append(ids, job.EventID())
+	}
+	for i, dc := range confirms {
+		if !dc.Wait() {
+			r.t.Fatalf("publish %d not confirmed", i)
+		}
+	}
+	return ids
+}
+
 func (r *rig) log() []store.LogEntry {
 	r.t.Helper()
 	entries, err := r.store.ReadLog(context.Background(), account, "0", 100000)
@@ -490,27 +517,8 @@ func TestTwoConsumersAppendInThePublishersOrder(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	waitFor(t, 30*time.Second, "second consumer connected", second.Connected)
 
-	ch := r.channel()
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
 	const total = 600
-	var want []string
-	var confirms []*amqp.DeferredConfirmation
-	for i := range total {
-		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-2222-7000-8000-%012d", i), Status: "completed"}
-		dc, err := ch.PublishWithDeferredConfirm(r.topo.Exchange, job.RoutingKey(), false, false, jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		confirms = append(confirms, dc)
-		want = append(want, job.EventID())
-	}
-	for i, dc := range confirms {
-		if !dc.Wait() {
-			t.Fatalf("publish %d not confirmed", i)
-		}
-	}
+	want := r.publishJobs(r.channel(), "2222", total)
 	waitFor(t, 60*time.Second, "every event in the log", func() bool { return len(r.log()) == total })
 	outOfOrder := 0
 	for i, e := range r.log() {

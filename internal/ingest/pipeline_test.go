@@ -2,13 +2,11 @@ package ingest
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/testpeer"
@@ -23,27 +21,9 @@ func TestReloadsWhileBatchesOverlapReturnAndKeepTheOrder(t *testing.T) {
 	if err := Declare(r.amqpURL, r.topo); err != nil { // the queue fills before the consumer starts
 		t.Fatal(err)
 	}
-	ch := r.channel()
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
 	const total = 1500
-	var want []string
-	var confirms []*amqp.DeferredConfirmation
-	for i := range total {
-		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-3333-7000-8000-%012d", i), Status: "completed"}
-		dc, err := ch.PublishWithDeferredConfirm(r.topo.Exchange, job.RoutingKey(), false, false, jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		confirms = append(confirms, dc)
-		want = append(want, job.EventID())
-	}
-	for i, dc := range confirms {
-		if !dc.Wait() {
-			t.Fatalf("publish %d not confirmed", i)
-		}
-	}
+	ch := r.channel()
+	want := r.publishJobs(ch, "3333", total)
 
 	c := New(r.opts)
 	ctx, cancel := context.WithCancel(context.Background())
