@@ -72,13 +72,7 @@ func runDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount int
 	}
 	defer st.Close()
 	ctx := context.Background()
-	var dests []destination.Destination
-	for a := 0; a < accounts; a++ {
-		for i := 0; i < destsPerAccount; i++ {
-			dests = append(dests, destination.Destination{ID: fmt.Sprintf("d%d-%d", a, i), Account: fmt.Sprintf("acct_%d", a),
-				Connector: destination.Kinesis})
-		}
-	}
+	dests := benchDestinations(accounts, destsPerAccount)
 	sink := &gapSink{delay: delay, last: map[string]time.Time{}, done: make(chan struct{}), want: len(dests) * eventsPerAccount}
 	cfg := delivery()
 	cfg.LeaseTTL = 3 * time.Second
@@ -86,17 +80,7 @@ func runDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount int
 	if err := d.SetDestinations(ctx, dests); err != nil {
 		b.Fatal(err)
 	}
-	for a := 0; a < accounts; a++ {
-		batch := make([]store.Append, eventsPerAccount)
-		for i := range batch {
-			batch[i] = store.Append{Accounts: []string{fmt.Sprintf("acct_%d", a)}, Entry: store.Entry{
-				EventID: fmt.Sprintf("ev-%d-%d", a, i), Type: "job.completed", Time: time.Now().UTC().Format(time.RFC3339Nano),
-				Data: []byte(`{"jobId":"j","metadata":{"store_id":"st_1"},"status":"completed"}`)}}
-		}
-		if _, err := st.AppendBatch(ctx, batch, time.Hour, time.Hour); err != nil {
-			b.Fatal(err)
-		}
-	}
+	appendBenchEvents(b, ctx, st, accounts, eventsPerAccount)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = d.Run(runCtx) }()
@@ -132,5 +116,35 @@ func BenchmarkOneDestinationTwentyMillis(b *testing.B) {
 		b.ReportMetric(sink.busy.Seconds()/elapsed.Seconds()*100, "%-of-bus-time")
 		b.ReportMetric(float64(sink.percentile(0.5).Microseconds()), "p50-added-µs")
 		b.ReportMetric(float64(sink.percentile(0.99).Microseconds()), "p99-added-µs")
+	}
+}
+
+// benchDestinations is destsPerAccount Kinesis destinations in each of accounts accounts
+// (acct_0, acct_1, …).
+func benchDestinations(accounts, destsPerAccount int) []destination.Destination {
+	var dests []destination.Destination
+	for a := 0; a < accounts; a++ {
+		for i := 0; i < destsPerAccount; i++ {
+			dests = append(dests, destination.Destination{ID: fmt.Sprintf("d%d-%d", a, i), Account: fmt.Sprintf("acct_%d", a),
+				Connector: destination.Kinesis})
+		}
+	}
+	return dests
+}
+
+// appendBenchEvents appends eventsPerAccount events to each account's log, one batch per
+// account.
+func appendBenchEvents(b *testing.B, ctx context.Context, st *store.Store, accounts, eventsPerAccount int) {
+	b.Helper()
+	for a := 0; a < accounts; a++ {
+		batch := make([]store.Append, eventsPerAccount)
+		for i := range batch {
+			batch[i] = store.Append{Accounts: []string{fmt.Sprintf("acct_%d", a)}, Entry: store.Entry{
+				EventID: fmt.Sprintf("ev-%d-%d", a, i), Type: "job.completed", Time: time.Now().UTC().Format(time.RFC3339Nano),
+				Data: []byte(`{"jobId":"j","metadata":{"store_id":"st_1"},"status":"completed"}`)}}
+		}
+		if _, err := st.AppendBatch(ctx, batch, time.Hour, time.Hour); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

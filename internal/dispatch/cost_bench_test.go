@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,13 +100,7 @@ func measureDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount
 	probe := redis.NewClient(opts) // INFO cpu, outside the counted client
 	defer probe.Close()
 	ctx := context.Background()
-	var dests []destination.Destination
-	for a := 0; a < accounts; a++ {
-		for i := 0; i < destsPerAccount; i++ {
-			dests = append(dests, destination.Destination{ID: fmt.Sprintf("d%d-%d", a, i), Account: fmt.Sprintf("acct_%d", a),
-				Connector: destination.Kinesis})
-		}
-	}
+	dests := benchDestinations(accounts, destsPerAccount)
 	var cost deliveryCost
 	var t0 time.Time
 	var redis0, relay0 time.Duration
@@ -124,17 +117,7 @@ func measureDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount
 		b.Fatal(err)
 	}
 	// After SetDestinations: a new destination's cursor starts at its log's end.
-	for a := 0; a < accounts; a++ {
-		batch := make([]store.Append, eventsPerAccount)
-		for i := range batch {
-			batch[i] = store.Append{Accounts: []string{fmt.Sprintf("acct_%d", a)}, Entry: store.Entry{
-				EventID: fmt.Sprintf("ev-%d-%d", a, i), Type: "job.completed", Time: time.Now().UTC().Format(time.RFC3339Nano),
-				Data: []byte(`{"jobId":"j","metadata":{"store_id":"st_1"},"status":"completed"}`)}}
-		}
-		if _, err := st.AppendBatch(ctx, batch, time.Hour, time.Hour); err != nil {
-			b.Fatal(err)
-		}
-	}
+	appendBenchEvents(b, ctx, st, accounts, eventsPerAccount)
 	st.Client().AddHook(counter)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
