@@ -101,16 +101,23 @@ func TestDestinationsListAndShowPrintTheCards(t *testing.T) {
 	}
 }
 
+// watchOrdersBus runs `relay watch destination:orders-bus` against api with account 1's
+// token until ctx ends: its output, and its error when it returns.
+func watchOrdersBus(ctx context.Context, api string) (*syncBuffer, <-chan error) {
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"watch", "destination:orders-bus", "--api", api, "--token", apitest.Acct1Token},
+			getenv(nil), nil, out, io.Discard)
+	}()
+	return out, done
+}
+
 func TestWatchPrintsTheSnapshotAndEachEventAsItIsApplied(t *testing.T) {
 	r := apitest.New(t, apitest.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"watch", "destination:orders-bus", "--api", r.URL, "--token", apitest.Acct1Token},
-			getenv(nil), nil, &out, io.Discard)
-	}()
+	out, done := watchOrdersBus(ctx, r.URL)
 	waitUntil(t, 30*time.Second, "the snapshot printed", func() bool {
 		return strings.Contains(out.String(), "snapshot destination:orders-bus at sequence 0\n  orders-bus (eventbridge): active, 0 consecutive failures\n")
 	})

@@ -136,12 +136,7 @@ func TestWatchPrintsReplaysAndRetriesInWords(t *testing.T) {
 	apitest.WaitFor(t, 20*time.Second, "2 deliveries", func() bool { return len(r.Sink.Delivered("orders-bus")) == 2 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"watch", "destination:orders-bus", "--api", r.URL, "--token", apitest.Acct1Token},
-			getenv(nil), nil, &out, io.Discard)
-	}()
+	out, done := watchOrdersBus(ctx, r.URL)
 	waitUntil(t, 30*time.Second, "the snapshot printed", func() bool { return strings.Contains(out.String(), "snapshot destination:orders-bus") })
 
 	if a := httpPost(t, r.URL+busDest+"/replay", apitest.Acct1Token, `{"after_event":"`+ids[0]+`"}`); a.status != 200 {
