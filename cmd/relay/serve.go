@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/mercamap/relay/internal/api"
@@ -86,6 +87,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
+	// The Go runtime, the process (CPU, memory, open files) and the build's version.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector())
 	tracer, err := tracing.New(cfg.Tracing, cfg.RabbitMQ.Queue)
 	if err != nil {
 		return err
