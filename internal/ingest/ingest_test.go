@@ -119,6 +119,8 @@ func (r *rig) deleteQueues() {
 	}
 	_, _ = ch.QueueDelete(r.topo.QuarantineQueue, false, false, false)
 	_ = ch.ExchangeDelete(r.topo.QuarantineExchange, false, false)
+	_, _ = ch.QueueDelete(r.topo.DroppedQueue(), false, false, false)
+	_ = ch.ExchangeDelete(r.topo.DroppedExchange(), false, false)
 }
 
 // publish sends messages with publisher confirms and waits for every confirm.
