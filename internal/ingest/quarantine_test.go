@@ -272,3 +272,48 @@ func TestAnUnboundedQuarantineQueueStopsRunWithTheUpgradeHint(t *testing.T) {
 		t.Fatalf("declare after the upgrade: %v", err)
 	}
 }
+
+// TestDroppedOriginalsWithUnreadableHeadersAreCountedOnTheSameConnection: the broker
+// dead-letters originals whose headers the relay's client cannot read into the
+// quarantine unchanged; when the full quarantine drops them, the relay reads them off the
+// drop path too. Through the session's frame filter, they are counted like any other
+// drop and the connection stays up.
+func TestDroppedOriginalsWithUnreadableHeadersAreCountedOnTheSameConnection(t *testing.T) {
+	r := newRig(t, testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t), "relay-test-quarantine-unreadable")
+	r.bound(QuarantineBounds{MaxBytes: 1 << 20, MaxMessages: 100, MaxBodyBytes: 4096})
+	r.start()
+	deep := amqp.Publishing{MessageId: "nested-40", Body: []byte(`{}`), Headers: amqp.Table{"deep": nested(40)}}
+	many := amqp.Publishing{MessageId: "9000-entries", Body: []byte(`{}`), Headers: amqp.Table{}}
+	for i := range 9000 {
+		many.Headers[fmt.Sprint("h", i)] = int32(i)
+	}
+	ch := r.channel()
+	r.publish(ch, "job.completed", deep, many)
+	pushers := make([]amqp.Publishing, 120)
+	for i := range pushers {
+		pushers[i] = amqp.Publishing{MessageId: fmt.Sprint("push-", i), Body: []byte(`{}`)}
+	}
+	r.publish(ch, "job.completed", pushers...)
+	job := jobevent.Job{ID: "0190f2a4-7777-7000-8000-000000000001", Status: "completed"}
+	r.publish(ch, job.RoutingKey(), jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
+	waitFor(t, 30*time.Second, "the signed event stored", func() bool { return r.hasEvent(job.EventID()) })
+
+	deadLettered := int(testutil.ToFloat64(r.metrics.DeadLettered.WithLabelValues(HeadersTooDeep)) +
+		testutil.ToFloat64(r.metrics.DeadLettered.WithLabelValues(HeadersTooMany)))
+	in := r.quarantinedTotal() + deadLettered
+	if in != 2+len(pushers) || deadLettered != 2 {
+		t.Fatalf("%d in the quarantine (%d dead-lettered), want %d (2)", in, deadLettered, 2+len(pushers))
+	}
+	// The broker dead-letters asynchronously: wait until the quarantine holds its bound.
+	watch := r.channel()
+	waitFor(t, 20*time.Second, "the quarantine at its bound", func() bool {
+		return r.readyMessages(watch, r.topo.QuarantineQueue) == 100
+	})
+	want := in - 100
+	waitFor(t, 20*time.Second, fmt.Sprintf("relay_quarantine_dropped_total at %d", want), func() bool {
+		return int(testutil.ToFloat64(r.metrics.QuarantineDropped)) == want
+	})
+	if n := testutil.ToFloat64(r.metrics.ConnectionLosses); n != 0 {
+		t.Errorf("%v broker connections lost while counting the drops", n)
+	}
+}
