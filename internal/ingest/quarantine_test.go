@@ -2,11 +2,9 @@ package ingest
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -49,7 +47,8 @@ func TestAFloodOfLargeUnsignedMessagesKeepsTheQuarantineWithinItsBound(t *testin
 
 	started := time.Now()
 	published := make(chan error, 1)
-	go func() { published <- floodUnsigned(r.amqpURL, r.topo.Exchange, flood, size) }()
+	floodCh := r.channel()
+	go func() { published <- floodUnsigned(floodCh, r.topo.Exchange, flood, size) }()
 
 	// The quarantine's depth, sampled all through the flood.
 	watch := r.channel()
@@ -126,18 +125,9 @@ func TestAFloodOfLargeUnsignedMessagesKeepsTheQuarantineWithinItsBound(t *testin
 	}
 }
 
-// floodUnsigned publishes n unsigned messages of size bytes each, numbered in their first
-// 8 bytes, on exchange with publisher confirms, and waits for every confirm.
-func floodUnsigned(url, exchange string, n, size int) error {
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
+// floodUnsigned publishes on ch n unsigned messages of size bytes each, numbered in their
+// first 8 bytes, to exchange with publisher confirms, and waits for every confirm.
+func floodUnsigned(ch *amqp.Channel, exchange string, n, size int) error {
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
@@ -145,6 +135,7 @@ func floodUnsigned(url, exchange string, n, size int) error {
 	for i := range body {
 		body[i] = byte(i)
 	}
+	var err error
 	confirms := make([]*amqp.DeferredConfirmation, n)
 	for i := range n {
 		// Publish writes the body out before it returns: the buffer is free to change.
@@ -245,16 +236,8 @@ func TestAnUnboundedQuarantineQueueStopsRunWithTheUpgradeHint(t *testing.T) {
 	if _, err := ch.QueueDeclare(r.topo.QuarantineQueue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- New(r.opts).Run(context.Background()) }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run kept reconnecting on a quarantine queue whose arguments cannot change")
-	}
-	var mismatch *TopologyError
-	if !errors.As(err, &mismatch) || mismatch.Name != r.topo.QuarantineQueue || !mismatch.Quarantine {
+	mismatch, err := r.runUntilTopologyError()
+	if mismatch == nil || mismatch.Name != r.topo.QuarantineQueue || !mismatch.Quarantine {
 		t.Fatalf("Run returned %v, want a TopologyError for the quarantine queue %q", err, r.topo.QuarantineQueue)
 	}
 	for _, want := range []string{"inequivalent arg", "rabbitmqctl delete_queue " + r.topo.QuarantineQueue, "Bound the quarantine"} {
