@@ -81,6 +81,12 @@ func (b QuarantineBounds) limits() amqp.Table {
 	return args
 }
 
+// The drop path's own bounds, reached only while no replica reads it.
+const (
+	droppedMaxMessages = 10_000
+	droppedMaxBytes    = 64 << 20
+)
+
 // DroppedExchange is where the broker dead-letters what it drops from a bounded
 // quarantine queue (x-death reason maxlen); DroppedQueue, bound to it, is read by every
 // replica, which counts each message and forgets it: the broker drops silently otherwise.
@@ -146,10 +152,11 @@ func (t Topology) declareQuarantine(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(t.DroppedExchange(), amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 			return declareErr(err, "exchange", t.DroppedExchange(), false)
 		}
-		// Every replica reads it at once; bounded alike, for when none does.
-		dropped := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+		// Every replica reads it at once. Bounded for when none does, by constants: its
+		// arguments never change with the config, so it never needs to be deleted.
+		dropped := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-overflow": "drop-head",
+			"x-max-length": int64(droppedMaxMessages), "x-max-length-bytes": int64(droppedMaxBytes)}
 		for k, v := range limits {
-			dropped[k] = v
 			args[k] = v
 		}
 		if _, err := ch.QueueDeclare(t.DroppedQueue(), true, false, false, false, dropped); err != nil {
