@@ -108,7 +108,12 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 			RoutingKeys:        cfg.RabbitMQ.RoutingKeys,
 			QuarantineExchange: cfg.RabbitMQ.QuarantineExchange,
 			QuarantineQueue:    cfg.RabbitMQ.QuarantineQueue,
-			Partitions:         cfg.RabbitMQ.Partitions,
+			Quarantine: ingest.QuarantineBounds{
+				MaxBytes:     cfg.RabbitMQ.Quarantine.MaxBytes,
+				MaxMessages:  cfg.RabbitMQ.Quarantine.MaxMessages,
+				MaxBodyBytes: cfg.RabbitMQ.Quarantine.MaxBodyBytes,
+			},
+			Partitions: cfg.RabbitMQ.Partitions,
 		},
 		Prefetch: cfg.RabbitMQ.Prefetch,
 		Verifier: signature.Verifier{

@@ -216,6 +216,30 @@ func (p *parser) checkRabbitMQ(r *RabbitMQ) {
 	if r.Prefetch < 1 || r.Prefetch > 65535 {
 		p.add("rabbitmq.prefetch", "%d is out of range: the prefetch count is between 1 and 65535", r.Prefetch)
 	}
+	p.checkQuarantine(r.Quarantine)
+}
+
+// Bounds of rabbitmq.quarantine's keys: below these the quarantine keeps too little to
+// tell what went wrong.
+const (
+	minQuarantineBytes    = 1 << 20
+	minQuarantineMessages = 100
+	minQuarantineBody     = 1 << 10
+)
+
+func (p *parser) checkQuarantine(q Quarantine) {
+	if q.MaxBytes < minQuarantineBytes {
+		p.add("rabbitmq.quarantine.max_bytes", "%d is too small: at least %d (1 MiB) of bodies; the broker drops the oldest past it", q.MaxBytes, minQuarantineBytes)
+	}
+	if q.MaxMessages < minQuarantineMessages {
+		p.add("rabbitmq.quarantine.max_messages", "%d is too small: at least %d messages; the broker drops the oldest past it", q.MaxMessages, minQuarantineMessages)
+	}
+	switch {
+	case q.MaxBodyBytes < minQuarantineBody:
+		p.add("rabbitmq.quarantine.max_body_bytes", "%d is too small: at least %d bytes of each body are kept", q.MaxBodyBytes, minQuarantineBody)
+	case q.MaxBytes >= minQuarantineBytes && int64(q.MaxBodyBytes) > q.MaxBytes:
+		p.add("rabbitmq.quarantine.max_body_bytes", "%d is more than rabbitmq.quarantine.max_bytes (%d): one copy would push out every other", q.MaxBodyBytes, q.MaxBytes)
+	}
 }
 
 // checkSignature decodes the hex keys and derives the key of master_key, appended last.

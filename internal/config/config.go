@@ -44,13 +44,28 @@ type RabbitMQ struct {
 	Prefetch           int
 	QuarantineExchange string
 	QuarantineQueue    string
-	Partitions         int // queues behind a consistent-hash exchange on the tenant; 1: Queue alone
+	Quarantine         Quarantine // rabbitmq.quarantine: how much the quarantine queue keeps
+	Partitions         int        // queues behind a consistent-hash exchange on the tenant; 1: Queue alone
+}
+
+// Quarantine bounds what the quarantine queue keeps: anyone who may publish on the
+// Worker's exchange can fill it, signing key or not, so it must not be able to fill the
+// broker's disk. The names stay the flat rabbitmq.quarantine_exchange / _queue keys.
+type Quarantine struct {
+	// MaxBytes (x-max-length-bytes) and MaxMessages (x-max-length) bound the queue; past
+	// either the broker drops the oldest message (x-overflow: drop-head). The broker
+	// counts body bytes only: headers are bounded by MaxMessages times the frame max.
+	MaxBytes    int64
+	MaxMessages int
+	// MaxBodyBytes: a longer body is kept as its first MaxBodyBytes bytes, with its size
+	// and SHA-256 in headers.
+	MaxBodyBytes int
 }
 
 // String leaves the URLs out: they hold a password.
 func (r RabbitMQ) String() string {
-	return fmt.Sprintf("{URLs:[%d redacted] Exchange:%s Queue:%s RoutingKeys:%v Prefetch:%d QuarantineExchange:%s QuarantineQueue:%s Partitions:%d}",
-		len(r.URLs), r.Exchange, r.Queue, r.RoutingKeys, r.Prefetch, r.QuarantineExchange, r.QuarantineQueue, r.Partitions)
+	return fmt.Sprintf("{URLs:[%d redacted] Exchange:%s Queue:%s RoutingKeys:%v Prefetch:%d QuarantineExchange:%s QuarantineQueue:%s Quarantine:%+v Partitions:%d}",
+		len(r.URLs), r.Exchange, r.Queue, r.RoutingKeys, r.Prefetch, r.QuarantineExchange, r.QuarantineQueue, r.Quarantine, r.Partitions)
 }
 
 // GoString is String, so %#v does not print the URL either.

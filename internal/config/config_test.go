@@ -80,7 +80,8 @@ func TestExampleFromTheContractParses(t *testing.T) {
 	want := &Config{
 		Identity: destination.Identity{Name: "mercamap", AWSPrincipalARN: "arn:aws:iam::999999999999:role/relay-delivery", GCPServiceAccount: "relay@relay-prod.iam.gserviceaccount.com"},
 		RabbitMQ: RabbitMQ{URLs: []string{rabbitURL}, Exchange: "fetcher.job.events", Queue: "relay.job-events", RoutingKeys: []string{"job.completed", "job.failed"}, Partitions: 1,
-			Prefetch: 256, QuarantineExchange: "relay.job-events.quarantine", QuarantineQueue: "relay.job-events.quarantine"},
+			Prefetch: 256, QuarantineExchange: "relay.job-events.quarantine", QuarantineQueue: "relay.job-events.quarantine",
+			Quarantine: Quarantine{MaxBytes: 256 << 20, MaxMessages: 10_000, MaxBodyBytes: 64 << 10}},
 		Redis:       Redis{URL: redisURL},
 		Signature:   Signature{Keys: [][]byte{key}, MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
 		DedupWindow: 168 * time.Hour,
@@ -167,6 +168,7 @@ func TestDefaultsApply(t *testing.T) {
 		{"rabbitmq.url as its one URL", c.RabbitMQ.URLs, []string{"amqp://guest:guest@localhost:5672/"}},
 		{"rabbitmq.quarantine_exchange", c.RabbitMQ.QuarantineExchange, "relay.job-events.quarantine"},
 		{"rabbitmq.quarantine_queue", c.RabbitMQ.QuarantineQueue, "relay.job-events.quarantine"},
+		{"rabbitmq.quarantine", c.RabbitMQ.Quarantine, Quarantine{MaxBytes: 256 << 20, MaxMessages: 10_000, MaxBodyBytes: 64 << 10}},
 		{"signature.max_age", c.Signature.MaxAge, 72 * time.Hour},
 		{"signature.max_future", c.Signature.MaxFuture, 5 * time.Minute},
 		{"dedup_window", c.DedupWindow, 168 * time.Hour},
@@ -207,6 +209,18 @@ func TestDefaultsApply(t *testing.T) {
 	}
 	if c.RabbitMQ.QuarantineExchange != "mine.quarantine" || c.RabbitMQ.QuarantineQueue != "mine.quarantine" {
 		t.Errorf("quarantine names = %q, %q", c.RabbitMQ.QuarantineExchange, c.RabbitMQ.QuarantineQueue)
+	}
+
+	// The flat quarantine names of older files stay valid beside the quarantine block; a
+	// partial block keeps the other bounds' defaults.
+	c, err = Parse([]byte(strings.Replace(minimal, "exchange: fetcher.job.events",
+		"exchange: x, quarantine_exchange: qx, quarantine_queue: qq, quarantine: {max_messages: 500}", 1)), env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RabbitMQ.QuarantineExchange != "qx" || c.RabbitMQ.QuarantineQueue != "qq" ||
+		c.RabbitMQ.Quarantine != (Quarantine{MaxBytes: 256 << 20, MaxMessages: 500, MaxBodyBytes: 64 << 10}) {
+		t.Errorf("quarantine = %q, %q, %+v", c.RabbitMQ.QuarantineExchange, c.RabbitMQ.QuarantineQueue, c.RabbitMQ.Quarantine)
 	}
 }
 
@@ -392,6 +406,16 @@ func TestEachProblemIsReportedAtItsPath(t *testing.T) {
 			"dedup_window", "72h0m0s must be longer than signature.max_age (72h0m0s)"},
 		{"empty routing keys", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, routing_keys: []}`}, nil,
 			"rabbitmq.routing_keys", "must list at least one routing key"},
+		{"quarantine max_bytes too small", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, quarantine: {max_bytes: 1000}}`}, nil,
+			"rabbitmq.quarantine.max_bytes", "too small"},
+		{"quarantine max_messages of zero", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, quarantine: {max_messages: 0}}`}, nil,
+			"rabbitmq.quarantine.max_messages", "too small"},
+		{"quarantine body prefix above the byte bound", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, quarantine: {max_bytes: 2097152, max_body_bytes: 4194304}}`}, nil,
+			"rabbitmq.quarantine.max_body_bytes", "more than rabbitmq.quarantine.max_bytes"},
+		{"quarantine with an unknown key", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, quarantine: {max_lenght: 5}}`}, nil,
+			"rabbitmq.quarantine.max_lenght", "unknown key"},
+		{"quarantine max_bytes not a number", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, quarantine: {max_bytes: 256MiB}}`}, nil,
+			"rabbitmq.quarantine.max_bytes", "must be a whole number"},
 		{"routing keys not a list", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, routing_keys: job.completed}`}, nil,
 			"rabbitmq.routing_keys", "must be a list"},
 		{"prefetch zero", map[string]string{"rabbitmq": `rabbitmq: {url: "amqp://h/", exchange: e, prefetch: 0}`}, nil,

@@ -20,6 +20,14 @@ const (
 	QuarantineSuffix              = ".quarantine"
 )
 
+// DefaultQuarantine is the rabbitmq.quarantine section's defaults. 64 KiB keeps every
+// Worker event whole (a few KiB), so it can be re-driven after a key fix; 256 MiB then
+// holds at least 4,096 copies cut to that size, and 100,000 messages of a typical event
+// (about 2.6 KiB, where the two bounds meet) before the oldest go.
+func DefaultQuarantine() Quarantine {
+	return Quarantine{MaxBytes: 256 << 20, MaxMessages: 10_000, MaxBodyBytes: 64 << 10}
+}
+
 // DefaultAPI is the api: section's defaults, listen included.
 func DefaultAPI() API {
 	return API{
@@ -43,6 +51,7 @@ func defaults() *Config {
 			Queue:       DefaultQueue,
 			RoutingKeys: append([]string(nil), DefaultRoutingKeys...),
 			Prefetch:    DefaultPrefetch,
+			Quarantine:  DefaultQuarantine(),
 			Partitions:  1,
 		},
 		Signature:   Signature{MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
@@ -148,6 +157,14 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"prefetch":            func(v *yaml.Node, path string) { w.integer(v, path, &r.Prefetch) },
 				"quarantine_exchange": func(v *yaml.Node, path string) { w.str(v, path, &r.QuarantineExchange) },
 				"quarantine_queue":    func(v *yaml.Node, path string) { w.str(v, path, &r.QuarantineQueue) },
+				"quarantine": func(v *yaml.Node, path string) {
+					q := &r.Quarantine
+					w.object(v, path, fields{
+						"max_bytes":      func(v *yaml.Node, path string) { w.integer64(v, path, &q.MaxBytes) },
+						"max_messages":   func(v *yaml.Node, path string) { w.integer(v, path, &q.MaxMessages) },
+						"max_body_bytes": func(v *yaml.Node, path string) { w.integer(v, path, &q.MaxBodyBytes) },
+					})
+				},
 			})
 		},
 		"redis": func(v *yaml.Node, path string) {

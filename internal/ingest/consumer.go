@@ -136,8 +136,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // session runs one broker connection until it fails or ctx is cancelled: one consumer
-// (with its own channels) for each queue of the topology and, with partitions, the
-// rebalancing loop.
+// (with its own channels) for each queue of the topology, the count of what a bounded
+// quarantine drops and, with partitions, the rebalancing loop.
 func (c *Consumer) session(ctx context.Context) error {
 	// Through a headerFilter: headers amqp091-go cannot read would otherwise close the
 	// connection at every delivery of the same message.
@@ -186,8 +186,22 @@ func (c *Consumer) session(ctx context.Context) error {
 	defer c.heldSince.Store(0) // unacked messages go back to the queue with the connection
 	c.opts.Logger.Info("consuming", "queues", queues, "prefetch", c.opts.Prefetch)
 
-	errs := make(chan error, len(parts)+1)
+	var drops func() error // counts what the full quarantine drops; nil: unbounded
+	if c.opts.Topology.Quarantine.bounded() {
+		if drops, err = c.countDrops(sctx, conn); err != nil {
+			return err
+		}
+	}
+
+	errs := make(chan error, len(parts)+2)
 	var wg sync.WaitGroup
+	if drops != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- drops()
+		}()
+	}
 	for i, p := range parts {
 		wg.Add(1)
 		go func() {
@@ -571,6 +585,9 @@ func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) 
 			continue
 		}
 		m.Quarantined.WithLabelValues(p.reason).Inc()
+		if max := c.opts.Topology.Quarantine.MaxBodyBytes; max > 0 && len(pb.batch[p.i].Body) > max {
+			m.QuarantineTruncated.Inc()
+		}
 	}
 	return nil
 }
@@ -661,7 +678,7 @@ func (c *Consumer) appendUntilStored(ctx context.Context, appends []store.Append
 // quarantine exchange. It returns a nil confirmation, publishing nothing, when the copy
 // would not fit in one frame (the broker would close the connection).
 func (c *Consumer) quarantine(ctx context.Context, l link, d amqp.Delivery, rej *rejection) (*amqp.DeferredConfirmation, error) {
-	msg := quarantineCopy(d, rej)
+	msg := quarantineCopy(d, rej, c.opts.Topology.Quarantine.MaxBodyBytes)
 	if size := headerFrameSize(msg); size < 0 || (l.frameMax > 0 && size > l.frameMax) {
 		return nil, nil
 	}
@@ -678,9 +695,10 @@ const maxDetail = 256
 
 // quarantineCopy is d as it was published, with x-relay-* headers saying why. Two
 // properties become headers: user_id (the broker refuses a publish whose user_id is not
-// the publishing connection's user) and expiration (the copy must not expire).
-func quarantineCopy(d amqp.Delivery, rej *rejection) amqp.Publishing {
-	headers := make(amqp.Table, len(d.Headers)+6)
+// the publishing connection's user) and expiration (the copy must not expire). A body
+// longer than maxBody (0: no limit) is cut to that prefix (cutBody).
+func quarantineCopy(d amqp.Delivery, rej *rejection, maxBody int) amqp.Publishing {
+	headers := make(amqp.Table, len(d.Headers)+9)
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
@@ -706,7 +724,7 @@ func quarantineCopy(d amqp.Delivery, rej *rejection) amqp.Publishing {
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
 		AppId:           d.AppId,
-		Body:            d.Body,
+		Body:            cutBody(d.Body, maxBody, headers),
 	}
 }
 

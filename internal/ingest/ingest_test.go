@@ -119,6 +119,8 @@ func (r *rig) deleteQueues() {
 	}
 	_, _ = ch.QueueDelete(r.topo.QuarantineQueue, false, false, false)
 	_ = ch.ExchangeDelete(r.topo.QuarantineExchange, false, false)
+	_, _ = ch.QueueDelete(r.topo.DroppedQueue(), false, false, false)
+	_ = ch.ExchangeDelete(r.topo.DroppedExchange(), false, false)
 }
 
 // publish sends messages with publisher confirms and waits for every confirm.
@@ -479,6 +481,23 @@ func TestSignedButUnusableMessagesAreQuarantinedWithTheirReason(t *testing.T) {
 	}
 }
 
+// runUntilTopologyError runs a consumer of r until Run returns, failing the test if it
+// keeps reconnecting instead; it returns Run's error and the *TopologyError in it, if any.
+func (r *rig) runUntilTopologyError() (*TopologyError, error) {
+	r.t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- New(r.opts).Run(context.Background()) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		r.t.Fatal("Run kept reconnecting on a declaration whose arguments cannot change")
+	}
+	var mismatch *TopologyError
+	errors.As(err, &mismatch)
+	return mismatch, err
+}
+
 func TestQueueDeclaredWithOtherArgumentsStopsRunWithTheMigrationHint(t *testing.T) {
 	r := newRig(t, testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t), "relay-test-old-queue")
 	ch := r.channel()
@@ -486,16 +505,8 @@ func TestQueueDeclaredWithOtherArgumentsStopsRunWithTheMigrationHint(t *testing.
 	if _, err := ch.QueueDeclare(r.topo.Queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- New(r.opts).Run(context.Background()) }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run kept reconnecting on a queue whose arguments cannot change")
-	}
-	var mismatch *TopologyError
-	if !errors.As(err, &mismatch) || mismatch.Name != r.topo.Queue || !mismatch.Main {
+	mismatch, err := r.runUntilTopologyError()
+	if mismatch == nil || mismatch.Name != r.topo.Queue || !mismatch.Main {
 		t.Fatalf("Run returned %v, want a TopologyError for queue %q", err, r.topo.Queue)
 	}
 	for _, want := range []string{r.topo.Queue, "inequivalent arg", "Migrate the queue"} {

@@ -14,6 +14,13 @@ type Metrics struct {
 	// quarantine) because ingest could not republish them itself.
 	DeadLettered *prometheus.CounterVec
 	StoreErrors  prometheus.Counter
+	// QuarantineTruncated counts quarantine copies whose body was cut to
+	// rabbitmq.quarantine.max_body_bytes. QuarantineDropped and QuarantineDroppedBytes
+	// count what the broker dropped from the full quarantine queue, oldest first (read
+	// off its drop path by whichever replica got it: sum them over replicas).
+	QuarantineTruncated    prometheus.Counter
+	QuarantineDropped      prometheus.Counter
+	QuarantineDroppedBytes prometheus.Counter
 	// ConnectionLosses counts established broker connections that ended other than by
 	// shutdown.
 	ConnectionLosses prometheus.Counter
@@ -51,6 +58,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_store_append_errors_total", Help: "Failed append round trips to Redis (the batch is retried, nothing is acked).",
 		}),
+		QuarantineTruncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_quarantine_truncated_total", Help: "Quarantine copies kept as a prefix of the body (rabbitmq.quarantine.max_body_bytes), with its size and SHA-256.",
+		}),
+		QuarantineDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_quarantine_dropped_total", Help: "Messages the broker dropped from the full quarantine queue, oldest first (rabbitmq.quarantine.max_messages or max_bytes), counted by this replica.",
+		}),
+		QuarantineDroppedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_quarantine_dropped_bytes_total", Help: "Body bytes of the messages counted by relay_quarantine_dropped_total.",
+		}),
 		ConnectionLosses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_ingest_connection_losses_total", Help: "Established broker connections of ingest that were lost (not closed by shutdown).",
 		}),
@@ -63,6 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Consumed, m.Acked, m.Stored, m.Duplicates, m.Unrouted, m.Quarantined, m.DeadLettered, m.StoreErrors, m.ConnectionLosses,
+			m.QuarantineTruncated, m.QuarantineDropped, m.QuarantineDroppedBytes,
 			m.PartitionsActive, m.PartitionHandovers)
 	}
 	return m

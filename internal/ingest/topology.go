@@ -15,6 +15,9 @@ type Topology struct {
 	RoutingKeys        []string // bound on the exchange
 	QuarantineExchange string   // fanout exchange for messages that fail verification
 	QuarantineQueue    string   // where they wait for an operator
+	// Quarantine bounds the quarantine queue; zero fields leave it unbounded, as
+	// releases before them declared it.
+	Quarantine QuarantineBounds
 	// Partitions above 1 replace Queue by that many queues (Queues), each like Queue,
 	// fed by a consistent-hash exchange (HashExchange) on the tenant header: each
 	// tenant's events go to one partition, in order, and the replicas share the
@@ -46,6 +49,52 @@ func (t Topology) HashExchange() string { return t.Queue + ".hash" }
 // published to it.
 func (t Topology) ReplicasQueue() string { return t.Queue + ".replicas" }
 
+// QuarantineBounds bound what the quarantine queue keeps (config rabbitmq.quarantine):
+// anyone who may publish on the Worker's exchange fills it, with or without the key.
+type QuarantineBounds struct {
+	// MaxBytes (x-max-length-bytes, bodies only: the broker does not count headers) and
+	// MaxMessages (x-max-length): past either the broker drops the oldest message
+	// (x-overflow: drop-head) and dead-letters it to DroppedExchange, where the relay
+	// counts it.
+	MaxBytes    int64
+	MaxMessages int
+	// MaxBodyBytes: a quarantine copy keeps this prefix of a longer body, with its size
+	// and SHA-256 (quarantineCopy).
+	MaxBodyBytes int
+}
+
+// bounded reports whether the quarantine queue has a bound, hence a drop path.
+func (b QuarantineBounds) bounded() bool { return b.MaxBytes > 0 || b.MaxMessages > 0 }
+
+// limits are the length arguments of b; nil when unbounded.
+func (b QuarantineBounds) limits() amqp.Table {
+	if !b.bounded() {
+		return nil
+	}
+	args := amqp.Table{"x-overflow": "drop-head"}
+	if b.MaxBytes > 0 {
+		args["x-max-length-bytes"] = b.MaxBytes
+	}
+	if b.MaxMessages > 0 {
+		args["x-max-length"] = int64(b.MaxMessages)
+	}
+	return args
+}
+
+// The drop path's own bounds, reached only while no replica reads it.
+const (
+	droppedMaxMessages = 10_000
+	droppedMaxBytes    = 64 << 20
+)
+
+// DroppedExchange is where the broker dead-letters what it drops from a bounded
+// quarantine queue (x-death reason maxlen); DroppedQueue, bound to it, is read by every
+// replica, which counts each message and forgets it: the broker drops silently otherwise.
+func (t Topology) DroppedExchange() string { return t.QuarantineQueue + ".dropped" }
+
+// DroppedQueue is the queue bound to DroppedExchange.
+func (t Topology) DroppedQueue() string { return t.QuarantineQueue + ".dropped" }
+
 // TopologyError says that something the relay declares already exists on the broker with
 // other arguments (RabbitMQ's 406 PRECONDITION_FAILED, "inequivalent arg"). Arguments
 // cannot change in place, so no reconnect can succeed: the relay stops and says why.
@@ -53,11 +102,17 @@ type TopologyError struct {
 	Kind, Name string // "queue" or "exchange", and its name
 	Reason     string // the broker's text
 	Main       bool   // the relay's own queue: it is migrated, not deleted
+	Quarantine bool   // the quarantine queue: read or move what it holds, then delete it
 }
 
 func (e *TopologyError) Error() string {
 	hint := "delete it or name another in the config (docs/operator-guide.md, section RabbitMQ)"
-	if e.Main {
+	switch {
+	case e.Quarantine:
+		hint = "the quarantine queue is declared with its bounds (rabbitmq.quarantine) and a queue's arguments " +
+			"cannot change in place: read or move what it holds, then delete it (rabbitmqctl delete_queue " + e.Name +
+			"); the relay declares it anew when it starts (docs/operator-guide.md, section \"Bound the quarantine\")"
+	case e.Main:
 		hint = "a queue's arguments cannot change in place; migrate it as docs/operator-guide.md, " +
 			"section \"Migrate the queue\", says (one replica drains the old queue while a new one fills)"
 	}
@@ -86,13 +141,52 @@ func declareErr(err error, kind, name string, main bool) error {
 	return fmt.Errorf("declare %s %q: %w", kind, name, err)
 }
 
+// declareQuarantine declares the quarantine exchange and queue with its bounds and,
+// when bounded, the drop path the queue dead-letters its dropped heads to.
+func (t Topology) declareQuarantine(ch *amqp.Channel) error {
+	if err := ch.ExchangeDeclare(t.QuarantineExchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return declareErr(err, "exchange", t.QuarantineExchange, false)
+	}
+	args := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	if limits := t.Quarantine.limits(); limits != nil {
+		if err := ch.ExchangeDeclare(t.DroppedExchange(), amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return declareErr(err, "exchange", t.DroppedExchange(), false)
+		}
+		// Every replica reads it at once. Bounded for when none does, by constants: its
+		// arguments never change with the config, so it never needs to be deleted.
+		dropped := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-overflow": "drop-head",
+			"x-max-length": int64(droppedMaxMessages), "x-max-length-bytes": int64(droppedMaxBytes)}
+		for k, v := range limits {
+			args[k] = v
+		}
+		if _, err := ch.QueueDeclare(t.DroppedQueue(), true, false, false, false, dropped); err != nil {
+			return declareErr(err, "queue", t.DroppedQueue(), false)
+		}
+		if err := ch.QueueBind(t.DroppedQueue(), "", t.DroppedExchange(), false, nil); err != nil {
+			return fmt.Errorf("bind queue %q to %q: %w", t.DroppedQueue(), t.DroppedExchange(), err)
+		}
+		args["x-dead-letter-exchange"] = t.DroppedExchange() // at most once: only to count
+	}
+	if _, err := ch.QueueDeclare(t.QuarantineQueue, true, false, false, false, args); err != nil {
+		err = declareErr(err, "queue", t.QuarantineQueue, false)
+		var mismatch *TopologyError
+		if errors.As(err, &mismatch) {
+			mismatch.Quarantine = true
+		}
+		return err
+	}
+	if err := ch.QueueBind(t.QuarantineQueue, "", t.QuarantineExchange, false, nil); err != nil {
+		return fmt.Errorf("bind queue %q to %q: %w", t.QuarantineQueue, t.QuarantineExchange, err)
+	}
+	return nil
+}
+
 // declare makes the topology exist. Declaring what already exists with the same
 // arguments is a no-op, so every replica and every reconnect does it.
 func (t Topology) declare(ch *amqp.Channel) error {
 	if err := ch.ExchangeDeclare(t.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		return declareErr(err, "exchange", t.Exchange, false)
 	}
-	quorum := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
 	// The broker hands the queue to one consumer at a time and to the next when it goes:
 	// with any number of replicas, events reach the account logs in the queue's order.
 	queueArgs := amqp.Table{
@@ -117,16 +211,7 @@ func (t Topology) declare(ch *amqp.Channel) error {
 	} else if err := t.declarePartitions(ch, queueArgs); err != nil {
 		return err
 	}
-	if err := ch.ExchangeDeclare(t.QuarantineExchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return declareErr(err, "exchange", t.QuarantineExchange, false)
-	}
-	if _, err := ch.QueueDeclare(t.QuarantineQueue, true, false, false, false, quorum); err != nil {
-		return declareErr(err, "queue", t.QuarantineQueue, false)
-	}
-	if err := ch.QueueBind(t.QuarantineQueue, "", t.QuarantineExchange, false, nil); err != nil {
-		return fmt.Errorf("bind queue %q to %q: %w", t.QuarantineQueue, t.QuarantineExchange, err)
-	}
-	return nil
+	return t.declareQuarantine(ch)
 }
 
 // declarePartitions declares the consistent-hash exchange, bound to the Worker's exchange
