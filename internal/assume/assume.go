@@ -130,7 +130,8 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	defer c.mu.Unlock()
 	now := a.o.Now()
 	if c.key != key { // a new definition: nothing known of the old one holds
-		*c = cached{key: key}
+		c.key, c.creds, c.renewAt, c.probedUntil = key, aws.Credentials{}, time.Time{}, time.Time{}
+		c.retryAt, c.backoff, c.refusal = time.Time{}, 0, ""
 	}
 	if !fresh && c.creds.AccessKeyID != "" && now.Before(c.renewAt) {
 		return c.creds, nil
@@ -169,11 +170,11 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	creds, err := a.session(ctx, d)
 	a.o.Metrics.count("session", err)
 	if err != nil {
+		// The probe stands only beside a session it let through: the next try probes
+		// again, so a destination STS never let in never skips the probe.
+		c.probedUntil = time.Time{}
 		if o := failures.Classify(err); o.Class == failures.Rejected {
-			// The role refused us with the right ExternalId: the next session waits, and
-			// is probed again (the probe stands only beside a session it let through).
-			c.probedUntil = time.Time{}
-			c.refused(now, a.o.Backoff, o.Message)
+			c.refused(now, a.o.Backoff, o.Message) // the role refused us with the right ExternalId
 		}
 		return aws.Credentials{}, err
 	}
