@@ -48,7 +48,7 @@ func TestReactivatingARoleThatLacksPutEventsSpendsOnlyTheSTSBudget(t *testing.T)
 	for i := range loops {
 		loops[i].PinnedExternalID = fmt.Sprintf("ext-loop-%d", i)
 		sts.RequireExternalID(loops[i].RoleARN, loops[i].PinnedExternalID) // the trust policy is right
-		sts.SetPermissionsPolicy(loops[i].RoleARN, // but the role may not write to the bus
+		sts.SetPermissionsPolicy(loops[i].RoleARN,                         // but the role may not write to the bus
 			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"events:DescribeEventBus","Resource":"*"}]}`)
 	}
 	other := bus("orders", "555566667777")
