@@ -13,7 +13,7 @@ func TestBucketsSpendFromAllOrNoneAndRefillEvenly(t *testing.T) {
 	var b Buckets
 	now := time.Unix(1_000_000, 0)
 	dest := Limit{Key: "destination:d1", Rate: config.Rate{Count: 4, Per: time.Minute}} // one per 15 s
-	acct := Limit{Key: "account:a1", Rate: config.Rate{Count: 6, Per: time.Minute}}    // one per 10 s
+	acct := Limit{Key: "account:a1", Rate: config.Rate{Count: 6, Per: time.Minute}}     // one per 10 s
 	for i := range 2 {
 		if ok, _ := b.TakeN(now, 2, dest, acct); !ok {
 			t.Fatalf("take %d of 2 tokens refused with full buckets", i+1)
