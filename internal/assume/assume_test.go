@@ -421,13 +421,16 @@ func TestTrustPolicyThatCanTellTheProbeApartIsRefused(t *testing.T) {
 	}
 }
 
-// budgeted is an Assumer with a small STS budget, a short session backoff and its own
-// metrics, on clk.
-func budgeted(t *testing.T, url string, clk *clock) (*assume.Assumer, *assume.Metrics) {
+// budgeted starts an STS whose role requires extID and an Assumer of it with a small STS
+// budget, a short session backoff and its own metrics, on a clock of its own.
+func budgeted(t *testing.T) (*awstest.STS, *clock, *assume.Assumer, *assume.Metrics) {
 	t.Helper()
+	sts := awstest.NewSTS(t)
+	sts.RequireExternalID(role, extID)
+	clk := &clock{now: time.Now()}
 	m := assume.NewMetrics(nil)
 	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
-	return assume.New(assume.Options{STS: assume.NewSTSClient(cfg, url), IdentityName: "mercamap", PrincipalARN: principal, Now: clk.Now,
+	return sts, clk, assume.New(assume.Options{STS: assume.NewSTSClient(cfg, sts.URL), IdentityName: "mercamap", PrincipalARN: principal, Now: clk.Now,
 		Budget:  config.STSBudget{PerDestination: config.Rate{Count: 4, Per: time.Minute}, PerAccount: config.Rate{Count: 6, Per: time.Minute}},
 		Backoff: config.Backoff{Initial: time.Second, Max: 4 * time.Second}, Metrics: m}), m
 }
@@ -446,10 +449,7 @@ func wantHeldBack(t *testing.T, err error, wait time.Duration, phrases ...string
 // with the wait until it holds enough again and a sentence the customer can act on. A
 // cached session spends nothing.
 func TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe(t *testing.T) {
-	sts := awstest.NewSTS(t)
-	sts.RequireExternalID(role, extID)
-	clk := &clock{now: time.Now()}
-	a, _ := budgeted(t, sts.URL, clk)
+	sts, clk, a, _ := budgeted(t)
 	d1, d2 := busDest(), busDest()
 	d2.ID = "orders-bus-2"
 	for range 2 {
@@ -482,10 +482,7 @@ func TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe(t *testing.T) {
 // is one AssumeRole under the probe that passed; a delivery starts the wait over. STS
 // refusing the session itself waits too, and the next try probes again.
 func TestARefusedSessionWaitsDoublingAndADeliveryEndsTheWait(t *testing.T) {
-	sts := awstest.NewSTS(t)
-	sts.RequireExternalID(role, extID)
-	clk := &clock{now: time.Now()}
-	a, _ := budgeted(t, sts.URL, clk)
+	sts, clk, a, _ := budgeted(t)
 	d := busDest()
 	denied := fmt.Errorf("eventbridge PutEvents: %w", &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "not authorized to perform: events:PutEvents"})
 	creds, err := a.Credentials(ctx(t), d)
@@ -533,10 +530,7 @@ func TestARefusedSessionWaitsDoublingAndADeliveryEndsTheWait(t *testing.T) {
 // TestAProbeStandsNoLongerThanASessionMadeWithIt: a session made under an older probe is
 // renewed, with a new probe, when that probe's 13 minutes run out.
 func TestAProbeStandsNoLongerThanASessionMadeWithIt(t *testing.T) {
-	sts := awstest.NewSTS(t)
-	sts.RequireExternalID(role, extID)
-	clk := &clock{now: time.Now()}
-	a, _ := budgeted(t, sts.URL, clk)
+	sts, clk, a, _ := budgeted(t)
 	d := busDest()
 	creds, _ := a.Credentials(ctx(t), d)
 	clk.Advance(10 * time.Minute)
@@ -556,11 +550,8 @@ func TestAProbeStandsNoLongerThanASessionMadeWithIt(t *testing.T) {
 // TestThrottleOfOurPrincipalIsCountedAndNotTaken: STS answering Throttling (its HTTP 400
 // shape) is not taken, with a sentence that says it is ours, and counted by call.
 func TestThrottleOfOurPrincipalIsCountedAndNotTaken(t *testing.T) {
-	sts := awstest.NewSTS(t)
-	sts.RequireExternalID(role, extID)
+	sts, _, a, m := budgeted(t)
 	sts.ThrottleAbove(1, time.Hour) // the probe passes, the session is throttled
-	clk := &clock{now: time.Now()}
-	a, m := budgeted(t, sts.URL, clk)
 	if got := testutil.ToFloat64(m.Throttled.WithLabelValues("probe")) + testutil.ToFloat64(m.Throttled.WithLabelValues("session")); got != 0 {
 		t.Fatalf("relay_sts_throttled_total starts at %v", got)
 	}

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -161,18 +160,13 @@ func TestReactivatingARoleThatLacksPutEventsSpendsOnlyTheSTSBudget(t *testing.T)
 // otherArrived is the set of event ids the bus at busARN took.
 func otherArrived(t *testing.T, eb *awstest.EventBridge, busARN string) map[string]bool {
 	t.Helper()
+	ids, err := eb.EventIDs(busARN)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := map[string]bool{}
-	for _, e := range eb.Entries() {
-		if e.EventBusName != busARN {
-			continue
-		}
-		var body struct {
-			EventID string `json:"event_id"`
-		}
-		if err := json.Unmarshal([]byte(e.Detail), &body); err != nil {
-			t.Fatal(err)
-		}
-		got[body.EventID] = true
+	for _, id := range ids {
+		got[id] = true
 	}
 	return got
 }
