@@ -291,6 +291,10 @@ api:
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
+  # 20 refused writes in a row disable a card here: each drops its session, and the new
+  # one must not wait minutes of production backoff and budget.
+  sts_budget: {per_destination: {count: 1000, per: 1m}, per_account: {count: 5000, per: 1m}}
+  session_backoff: {initial: 1ms, max: 10ms}
 gcp: {pubsub_endpoint: %s}
 delivery:
   lease_ttl: 1s

@@ -238,18 +238,9 @@ destinations:
 		return out
 	}
 	delivered := func(busARN string) []string {
-		var ids []string
-		for _, e := range bus.Entries() {
-			if e.EventBusName != busARN {
-				continue
-			}
-			var body struct {
-				EventID string `json:"event_id"`
-			}
-			if err := json.Unmarshal([]byte(e.Detail), &body); err != nil {
-				t.Fatalf("detail %q: %v", e.Detail, err)
-			}
-			ids = append(ids, body.EventID)
+		ids, err := bus.EventIDs(busARN)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return ids
 	}

@@ -11,13 +11,14 @@ import (
 	"github.com/mercamap/relay/internal/sinks/eventbridge"
 	"github.com/mercamap/relay/internal/sinks/kinesis"
 	"github.com/mercamap/relay/internal/sinks/pubsub"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // buildSinks makes one Sink per connector from the config. Our own cloud identities
 // (the AWS default credential chain, Google's Application Default Credentials) are
 // only looked up when a write needs them, so a relay without cloud credentials still
 // starts and shows "did not take the event" on those destinations' cards.
-func buildSinks(ctx context.Context, cfg *config.Config) (map[destination.Connector]dispatch.Sink, func(), error) {
+func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Registerer) (map[destination.Connector]dispatch.Sink, func(), error) {
 	awsCfg, err := assume.OwnConfig(ctx, cfg.AWS.Region)
 	if err != nil {
 		return nil, nil, fmt.Errorf("aws: %w", err)
@@ -27,6 +28,9 @@ func buildSinks(ctx context.Context, cfg *config.Config) (map[destination.Connec
 		STS:          assume.NewSTSClient(awsCfg, cfg.AWS.Endpoints["sts"]),
 		IdentityName: name,
 		PrincipalARN: cfg.Identity.AWSPrincipalARN,
+		Budget:       cfg.AWS.STSBudget,
+		Backoff:      cfg.AWS.SessionBackoff,
+		Metrics:      assume.NewMetrics(reg),
 	})
 	ps := pubsub.New(ctx, pubsub.Options{
 		Identity: cfg.Identity,

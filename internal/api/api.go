@@ -19,6 +19,7 @@ import (
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/ratelimit"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 )
@@ -72,7 +73,7 @@ type Server struct {
 
 	httpLimits config.HTTPLimits // timeouts, body and connection caps: read once in New
 	shed       func()            // counts a connection closed to make room
-	tests      buckets           // "send a test" per destination and per account
+	tests      ratelimit.Buckets // "send a test" per destination and per account
 	ping       pinger            // /readyz's PING: one at a time, waited for a bounded time
 
 	mu         sync.Mutex

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/ratelimit"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 )
@@ -254,8 +255,8 @@ func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
 	// Each test is a probe and a session on our one AWS principal: one account's tests
 	// must not spend the STS rate every other customer's sessions need.
 	lim := s.limits.Load()
-	if ok, wait := s.tests.take(time.Now(), limit{"destination:" + d.ID, lim.TestsPerDestination},
-		limit{"account:" + d.Account, lim.TestsPerAccount}); !ok {
+	if ok, wait := s.tests.Take(time.Now(), ratelimit.Limit{Key: "destination:" + d.ID, Rate: lim.TestsPerDestination},
+		ratelimit.Limit{Key: "account:" + d.Account, Rate: lim.TestsPerAccount}); !ok {
 		writeError(w, errExhausted(fmt.Sprintf("too many tests: %d per %s for a destination, %d per %s for an account; try again later",
 			lim.TestsPerDestination.Count, lim.TestsPerDestination.Per, lim.TestsPerAccount.Count, lim.TestsPerAccount.Per), wait))
 		return

@@ -3,6 +3,7 @@ package assume_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -14,9 +15,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 )
@@ -414,5 +418,157 @@ func TestTrustPolicyThatCanTellTheProbeApartIsRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// budgeted starts an STS whose role requires extID and an Assumer of it with a small STS
+// budget, a short session backoff and its own metrics, on a clock of its own.
+func budgeted(t *testing.T) (*awstest.STS, *clock, *assume.Assumer, *assume.Metrics) {
+	t.Helper()
+	sts := awstest.NewSTS(t)
+	sts.RequireExternalID(role, extID)
+	clk := &clock{now: time.Now()}
+	m := assume.NewMetrics(nil)
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
+	return sts, clk, assume.New(assume.Options{STS: assume.NewSTSClient(cfg, sts.URL), IdentityName: "mercamap", PrincipalARN: principal, Now: clk.Now,
+		Budget:  config.STSBudget{PerDestination: config.Rate{Count: 4, Per: time.Minute}, PerAccount: config.Rate{Count: 6, Per: time.Minute}},
+		Backoff: config.Backoff{Initial: time.Second, Max: 4 * time.Second}, Metrics: m}), m
+}
+
+// wantHeldBack fails unless err is not taken, waits about wait, and says so.
+func wantHeldBack(t *testing.T, err error, wait time.Duration, phrases ...string) {
+	t.Helper()
+	wantClass(t, err, failures.NotTaken, phrases...)
+	if got := failures.Wait(err); got < wait-time.Millisecond || got > wait+time.Millisecond {
+		t.Fatalf("wait %s, want %s", got, wait)
+	}
+}
+
+// TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe: each new session spends from the
+// destination's and the account's bucket, both or neither; an empty one is not taken,
+// with the wait until it holds enough again and a sentence the customer can act on. A
+// cached session spends nothing.
+func TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe(t *testing.T) {
+	sts, clk, a, _ := budgeted(t)
+	d1, d2 := busDest(), busDest()
+	d2.ID = "orders-bus-2"
+	for range 2 {
+		if err := a.Check(ctx(t), d1); err != nil { // a probe and a session each
+			t.Fatal(err)
+		}
+	}
+	// d1's 4 are spent: 2 more come back in 30 s (4 a minute, evenly).
+	wantHeldBack(t, a.Check(ctx(t), d1), 30*time.Second, "holds back new sessions for this destination for 30s",
+		"4 per 1m0s for a destination and 6 per 1m0s for an account", "each refused write asks for a new session")
+	if err := a.Check(ctx(t), d2); err != nil { // the account's last 2
+		t.Fatal(err)
+	}
+	// d2's own bucket holds 2, the account's none: 2 come back in 20 s.
+	wantHeldBack(t, a.Check(ctx(t), d2), 20*time.Second, "holds back")
+	if n := len(sts.Requests()); n != 6 {
+		t.Fatalf("STS saw %d calls, want the budget's 6", n)
+	}
+	clk.Advance(30 * time.Second)
+	if err := a.Check(ctx(t), d1); err != nil {
+		t.Fatalf("after 30 s: %v", err)
+	}
+	if _, err := a.Credentials(ctx(t), d1); err != nil || len(sts.Requests()) != 8 {
+		t.Fatalf("the cached session: %v after %d STS calls, want it reused with no call", err, len(sts.Requests()))
+	}
+}
+
+// TestARefusedSessionWaitsDoublingAndADeliveryEndsTheWait: the bus refusing a write with
+// AccessDenied drops the session; the next one waits 1 s, then 2, then 4 (the max), and
+// is one AssumeRole under the probe that passed; a delivery starts the wait over. STS
+// refusing the session itself waits too, and the next try probes again.
+func TestARefusedSessionWaitsDoublingAndADeliveryEndsTheWait(t *testing.T) {
+	sts, clk, a, _ := budgeted(t)
+	d := busDest()
+	denied := fmt.Errorf("eventbridge PutEvents: %w", &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "not authorized to perform: events:PutEvents"})
+	creds, err := a.Credentials(ctx(t), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
+		a.Report(d, creds.AccessKeyID, denied)
+		wantHeldBack(t, func() error { _, err := a.Credentials(ctx(t), d); return err }(), wait,
+			"the last session for role "+role+" was refused", "AccessDeniedException", "send a test to try at once")
+		clk.Advance(wait)
+		before := len(sts.Requests())
+		if creds, err = a.Credentials(ctx(t), d); err != nil {
+			t.Fatalf("refusal %d, after %s: %v", i+1, wait, err)
+		}
+		if reqs := sts.Requests(); len(reqs) != before+1 || !reqs[before].Granted || reqs[before].ExternalID != extID {
+			t.Fatalf("refusal %d: STS saw %+v, want one session under the probe that passed", i+1, reqs[before:])
+		}
+		clk.Advance(15 * time.Second) // the budget refills; the probe still stands
+	}
+	a.Report(d, creds.AccessKeyID, nil) // delivered
+	a.Report(d, creds.AccessKeyID, denied)
+	wantHeldBack(t, func() error { _, err := a.Credentials(ctx(t), d); return err }(), time.Second, "was refused")
+
+	// STS refuses the session: rejected, the next waits, and probes again.
+	sts.RequireExternalID(role, "ext-someone-else")
+	clk.Advance(time.Minute)
+	_, err = a.Credentials(ctx(t), d)
+	wantClass(t, err, failures.Rejected, "AWS refused to let the relay assume role")
+	_, err = a.Credentials(ctx(t), d)
+	if failures.Wait(err) != 2*time.Second {
+		t.Fatalf("after STS refused the session: %v (wait %s), want a 2s wait", err, failures.Wait(err))
+	}
+	sts.RequireExternalID(role, extID)
+	clk.Advance(2 * time.Second)
+	before := len(sts.Requests())
+	if _, err := a.Credentials(ctx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := sts.Requests()[before:]; len(reqs) != 2 || reqs[0].Granted || reqs[0].ExternalID == extID {
+		t.Fatalf("after a refused session STS saw %+v, want a probe then the session", reqs)
+	}
+}
+
+// TestAProbeStandsNoLongerThanASessionMadeWithIt: a session made under an older probe is
+// renewed, with a new probe, when that probe's 13 minutes run out.
+func TestAProbeStandsNoLongerThanASessionMadeWithIt(t *testing.T) {
+	sts, clk, a, _ := budgeted(t)
+	d := busDest()
+	creds, _ := a.Credentials(ctx(t), d)
+	clk.Advance(10 * time.Minute)
+	a.Report(d, creds.AccessKeyID, &smithy.GenericAPIError{Code: "ExpiredTokenException"})
+	if _, err := a.Credentials(ctx(t), d); err != nil || len(sts.Requests()) != 3 {
+		t.Fatalf("at 10 min: %v after %d calls, want a session alone (3 calls)", err, len(sts.Requests()))
+	}
+	clk.Advance(3*time.Minute + time.Second) // 13 min after the probe, 3 after the session
+	if _, err := a.Credentials(ctx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := sts.Requests(); len(reqs) != 5 || reqs[3].Granted || reqs[3].ExternalID == extID || !reqs[4].Granted {
+		t.Fatalf("at 13 min STS saw %+v, want a fresh probe then a session", reqs[3:])
+	}
+}
+
+// TestThrottleOfOurPrincipalIsCountedAndNotTaken: STS answering Throttling (its HTTP 400
+// shape) is not taken, with a sentence that says it is ours, and counted by call.
+func TestThrottleOfOurPrincipalIsCountedAndNotTaken(t *testing.T) {
+	sts, _, a, m := budgeted(t)
+	sts.ThrottleAbove(1, time.Hour) // the probe passes, the session is throttled
+	if got := testutil.ToFloat64(m.Throttled.WithLabelValues("probe")) + testutil.ToFloat64(m.Throttled.WithLabelValues("session")); got != 0 {
+		t.Fatalf("relay_sts_throttled_total starts at %v", got)
+	}
+	_, err := a.Credentials(ctx(t), busDest())
+	wantClass(t, err, failures.NotTaken, "throttling the relay's own requests", "the fault is on our side")
+	if c := failures.Code(err); c != "Throttling" {
+		t.Errorf("code %q, want STS's Throttling", c)
+	}
+	for call, want := range map[string]float64{"probe": 0, "session": 1} {
+		if got := testutil.ToFloat64(m.Throttled.WithLabelValues(call)); got != want {
+			t.Errorf("relay_sts_throttled_total{call=%q} = %v, want %v", call, got, want)
+		}
+		if got := testutil.ToFloat64(m.Calls.WithLabelValues(call)); got != 1 {
+			t.Errorf("relay_sts_calls_total{call=%q} = %v, want 1", call, got)
+		}
+	}
+	if _, throttled := sts.CallsBy(); throttled["AKIDOURS"] != 1 {
+		t.Errorf("STS throttled %v, want our key once", throttled)
 	}
 }

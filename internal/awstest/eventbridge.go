@@ -123,6 +123,25 @@ func (e *EventBridge) Entries() []Entry {
 	return append([]Entry(nil), e.entries...)
 }
 
+// EventIDs returns the event_id of each entry the bus busARN took, in order: the relay's
+// body carries it at the top. An entry whose Detail has none is an error.
+func (e *EventBridge) EventIDs(busARN string) ([]string, error) {
+	var ids []string
+	for _, x := range e.Entries() {
+		if x.EventBusName != busARN {
+			continue
+		}
+		var body struct {
+			EventID string `json:"event_id"`
+		}
+		if err := json.Unmarshal([]byte(x.Detail), &body); err != nil || body.EventID == "" {
+			return ids, fmt.Errorf("detail %q has no event_id: %v", x.Detail, err)
+		}
+		ids = append(ids, body.EventID)
+	}
+	return ids, nil
+}
+
 // Requests counts the PutEvents calls received, failed ones included.
 func (e *EventBridge) Requests() int {
 	e.mu.Lock()

@@ -14,12 +14,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/ratelimit"
 )
 
 // STS answers AssumeRole over the Query wire format, enforcing each registered role's
 // trust policy the way real STS does (StringEquals and StringLike, negated or IfExists,
 // on sts:ExternalId and sts:RoleSessionName): one AccessDenied for no trust, a wrong
 // ExternalId and a missing one. Every caller is CallerARN. Unregistered roles trust nobody.
+// It counts every call (by role, by caller) and can throttle each caller past a rate.
 type STS struct {
 	URL string
 
@@ -28,6 +32,11 @@ type STS struct {
 	requests []AssumeRoleRequest
 	issued   map[string]AssumeRoleRequest // session access key id → the request that got it
 	fail     queue[Failure]
+	perms    map[string]string // role → its permissions policy, when the test set one
+	// throttle, when set, is the AssumeRole rate each caller may make: past it, STS
+	// answers Throttling as AWS does, per calling principal.
+	throttle *config.Rate
+	callers  ratelimit.Buckets
 }
 
 // AssumeRoleRequest is one AssumeRole call as STS received it.
@@ -36,6 +45,7 @@ type AssumeRoleRequest struct {
 	DurationSeconds                              int
 	CallerKeyID                                  string // the key that signed the call: our own identity
 	Granted                                      bool
+	Throttled                                    bool   // answered Throttling: the caller was over ThrottleAbove
 	AccessKeyID                                  string // of the session handed out, when Granted
 	Expiration                                   time.Time
 }
@@ -51,7 +61,7 @@ func NewSTS(t testing.TB) *STS {
 
 // NewSTSHandler returns an STS to serve on a listener of the caller's (the sandbox).
 func NewSTSHandler() *STS {
-	return &STS{roles: map[string]trustPolicy{}, issued: map[string]AssumeRoleRequest{}}
+	return &STS{roles: map[string]trustPolicy{}, issued: map[string]AssumeRoleRequest{}, perms: map[string]string{}}
 }
 
 // ServeHTTP answers one STS Query request.
@@ -121,6 +131,50 @@ func mustParse(policy string) trustPolicy {
 	return p
 }
 
+// SetPermissionsPolicy gives a role a permissions policy: a session of it may do only
+// what both this and its session policy allow (AccessDeniedException otherwise). A role
+// without one is not modelled: its session policy alone decides.
+func (s *STS) SetPermissionsPolicy(roleARN, policy string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.perms[roleARN] = policy
+}
+
+// ThrottleAbove makes STS throttle each calling principal (the key that signs) past
+// count calls per per, refilling evenly: the call is answered HTTP 400 Throttling "Rate
+// exceeded", the shape real STS answers when one principal's AssumeRole rate is spent.
+func (s *STS) ThrottleAbove(count int, per time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.throttle = &config.Rate{Count: count, Per: per}
+}
+
+// Calls counts the AssumeRole calls received so far by role, throttled ones included.
+func (s *STS) Calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := map[string]int{}
+	for _, r := range s.requests {
+		n[r.RoleARN]++
+	}
+	return n
+}
+
+// CallsBy counts the AssumeRole calls received so far by calling key, and how many of
+// them were throttled.
+func (s *STS) CallsBy() (calls, throttled map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	calls, throttled = map[string]int{}, map[string]int{}
+	for _, r := range s.requests {
+		calls[r.CallerKeyID]++
+		if r.Throttled {
+			throttled[r.CallerKeyID]++
+		}
+	}
+	return calls, throttled
+}
+
 // FailNext answers the next n calls with f instead of looking at them. A zero Failure
 // answers normally, so FailNext(1, Failure{}) then FailNext(1, f) fails the second call.
 func (s *STS) FailNext(n int, f Failure) { s.fail.push(n, f) }
@@ -166,6 +220,17 @@ func (s *STS) serve(w http.ResponseWriter, r *http.Request) {
 	req.DurationSeconds, _ = strconv.Atoi(r.PostForm.Get("DurationSeconds"))
 	if req.DurationSeconds == 0 {
 		req.DurationSeconds = 3600 // STS's default
+	}
+	s.mu.Lock()
+	rate := s.throttle
+	s.mu.Unlock()
+	if rate != nil {
+		if ok, _ := s.callers.Take(time.Now(), ratelimit.Limit{Key: req.CallerKeyID, Rate: *rate}); !ok {
+			req.Throttled = true
+			s.record(req)
+			writeQueryError(w, STSThrottling)
+			return
+		}
 	}
 	if f, ok := s.fail.pop(); ok && f.Status != 0 {
 		s.record(req)
@@ -294,6 +359,9 @@ func randomHex(n int) string {
 // otherwise; the role's own permissions are not modelled (the session policy caps them).
 func (s *STS) authorize(r *http.Request, action, resource string) (Failure, bool) {
 	sess, ok := s.Session(accessKeyID(r))
+	s.mu.Lock()
+	perms, permsSet := s.perms[sess.RoleARN]
+	s.mu.Unlock()
 	switch {
 	case !ok || r.Header.Get("X-Amz-Security-Token") == "":
 		return Failure{400, "UnrecognizedClientException", "The security token included in the request is invalid."}, false
@@ -302,6 +370,10 @@ func (s *STS) authorize(r *http.Request, action, resource string) (Failure, bool
 	case sess.Policy != "" && !policyAllows(sess.Policy, action, resource):
 		return Failure{400, "AccessDeniedException", fmt.Sprintf(
 			"User: arn:aws:sts::%s:assumed-role/%s is not authorized to perform: %s on resource: %s because no session policy allows the %s action",
+			strings.Split(sess.RoleARN+":::::", ":")[4], sess.RoleSessionName, action, resource, action)}, false
+	case permsSet && !policyAllows(perms, action, resource):
+		return Failure{400, "AccessDeniedException", fmt.Sprintf(
+			"User: arn:aws:sts::%s:assumed-role/%s is not authorized to perform: %s on resource: %s because no identity-based policy allows the %s action",
 			strings.Split(sess.RoleARN+":::::", ":")[4], sess.RoleSessionName, action, resource, action)}, false
 	}
 	return Failure{}, true

@@ -49,6 +49,7 @@ func (p *parser) check(c *Config) {
 			p.add("aws.endpoints."+k, "must be an http:// or https:// URL of a local emulator, like http://127.0.0.1:4566")
 		}
 	}
+	p.checkAWS(&c.AWS)
 	p.checkDelivery(&c.Delivery)
 	p.checkTracing(&c.Tracing)
 	p.checkAccounts(c.Accounts, c.Identity.NameOrDefault())
@@ -347,17 +348,34 @@ func (p *parser) checkAPILimits(api *API) {
 	if api.SubscriptionsPerAccount >= h.MaxConnections {
 		p.add("api.subscriptions_per_account", "%d must be fewer than api.max_connections (%d): one account must not hold every connection", api.SubscriptionsPerAccount, h.MaxConnections)
 	}
+	p.checkRates("api.tests_per_destination", api.TestsPerDestination, "api.tests_per_account", api.TestsPerAccount, 1, "test")
+}
+
+// checkRates checks a per-destination rate and the per-account one above it: each holds
+// at least least (what one take may need), and the account's rate is not below the
+// destination's, or no destination could reach its own.
+func (p *parser) checkRates(destPath string, d Rate, acctPath string, a Rate, least int, unit string) {
 	for _, r := range []struct {
 		path string
 		rate Rate
-	}{{"api.tests_per_destination", api.TestsPerDestination}, {"api.tests_per_account", api.TestsPerAccount}} {
-		if r.rate.Count < 1 {
-			p.add(r.path+".count", "must be at least 1 test")
+	}{{destPath, d}, {acctPath, a}} {
+		if r.rate.Count < least {
+			p.add(r.path+".count", "must be at least %d %s", least, unit)
 		}
 	}
-	if a, d := api.TestsPerAccount, api.TestsPerDestination; a.Count >= 1 && d.Count >= 1 &&
-		float64(a.Count)/a.Per.Seconds() < float64(d.Count)/d.Per.Seconds() {
-		p.add("api.tests_per_account", "%d per %s is less than api.tests_per_destination (%d per %s): no destination could reach its own rate", a.Count, a.Per, d.Count, d.Per)
+	if a.Count >= least && d.Count >= least && float64(a.Count)/a.Per.Seconds() < float64(d.Count)/d.Per.Seconds() {
+		p.add(acctPath, "%d per %s is less than %s (%d per %s): no destination could reach its own rate", a.Count, a.Per, destPath, d.Count, d.Per)
+	}
+}
+
+// checkAWS checks the STS budget and the session backoff.
+func (p *parser) checkAWS(aws *AWS) {
+	b := aws.STSBudget
+	// A new session may need a probe and the session itself, taken together.
+	p.checkRates("aws.sts_budget.per_destination", b.PerDestination, "aws.sts_budget.per_account", b.PerAccount, 2,
+		"calls (a probe and a session)")
+	if aws.SessionBackoff.Max < aws.SessionBackoff.Initial {
+		p.add("aws.session_backoff.max", "%s is shorter than initial (%s)", aws.SessionBackoff.Max, aws.SessionBackoff.Initial)
 	}
 }
 

@@ -163,6 +163,21 @@ func (t Token) GoString() string { return "config.Token" + t.String() }
 type AWS struct {
 	Region    string
 	Endpoints map[string]string // only "sts", "events", "kinesis"
+	// STSBudget caps the AssumeRole calls (probes and sessions) one destination, and one
+	// account's destinations together, make on our one principal (per replica): AWS
+	// throttles AssumeRole per calling principal, so one role that keeps failing must not
+	// spend the rate every customer's sessions need.
+	STSBudget STSBudget
+	// SessionBackoff is the wait before a destination's next session after one was
+	// refused (by STS, or by the bus for a write): Initial, doubling up to Max, reset by
+	// a delivery.
+	SessionBackoff Backoff
+}
+
+// STSBudget is the STS budget per destination and per account.
+type STSBudget struct {
+	PerDestination Rate
+	PerAccount     Rate
 }
 
 // GCP is our own side of Google Cloud.

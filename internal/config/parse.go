@@ -41,6 +41,15 @@ func DefaultAPI() API {
 	}
 }
 
+// DefaultSTSBudget is aws.sts_budget's defaults. A healthy destination makes two calls
+// (a probe and a session) every 13 minutes; 6 a minute leaves room for three new sessions
+// in a row (a test, a renewal, a redefinition) and holds a failing role to 360 an hour
+// instead of thousands a minute. 60 a minute per account is 1 a second: a hundred
+// accounts at their cap stay far under STS's own request rate for one principal.
+func DefaultSTSBudget() STSBudget {
+	return STSBudget{PerDestination: Rate{Count: 6, Per: time.Minute}, PerAccount: Rate{Count: 60, Per: time.Minute}}
+}
+
 // DefaultRoutingKeys are the Worker's two routing keys.
 var DefaultRoutingKeys = []string{"job.completed", "job.failed"}
 
@@ -57,7 +66,9 @@ func defaults() *Config {
 		Signature:   Signature{MaxAge: 72 * time.Hour, MaxFuture: 5 * time.Minute},
 		DedupWindow: 168 * time.Hour,
 		API:         DefaultAPI(),
-		AWS:         AWS{Region: DefaultAWSRegion, Endpoints: map[string]string{}},
+		AWS: AWS{Region: DefaultAWSRegion, Endpoints: map[string]string{},
+			STSBudget:      DefaultSTSBudget(),
+			SessionBackoff: Backoff{Initial: time.Second, Max: 2 * time.Minute}},
 		Delivery: Delivery{
 			NotTakenBackoff:        Backoff{Initial: time.Second, Max: 5 * time.Minute},
 			SetupCheck:             Backoff{Initial: time.Minute, Max: 15 * time.Minute},
@@ -214,6 +225,18 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"region": func(v *yaml.Node, path string) { w.str(v, path, &c.AWS.Region) },
 				"endpoints": func(v *yaml.Node, path string) {
 					w.stringMap(v, path, []string{"sts", "events", "kinesis"}, c.AWS.Endpoints)
+				},
+				"sts_budget": func(v *yaml.Node, path string) {
+					w.object(v, path, fields{
+						"per_destination": func(v *yaml.Node, path string) { w.rate(v, path, &c.AWS.STSBudget.PerDestination) },
+						"per_account":     func(v *yaml.Node, path string) { w.rate(v, path, &c.AWS.STSBudget.PerAccount) },
+					})
+				},
+				"session_backoff": func(v *yaml.Node, path string) {
+					w.object(v, path, fields{
+						"initial": func(v *yaml.Node, path string) { w.duration(v, path, &c.AWS.SessionBackoff.Initial) },
+						"max":     func(v *yaml.Node, path string) { w.duration(v, path, &c.AWS.SessionBackoff.Max) },
+					})
 				},
 			})
 		},

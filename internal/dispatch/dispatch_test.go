@@ -64,7 +64,7 @@ type rig struct {
 	nudges  *nudges
 	d       *Dispatcher
 	clock   atomic.Int64 // offset added to the real clock, ns
-	nextJob int
+	nextJob atomic.Int64
 	stop    func()
 }
 
@@ -127,21 +127,29 @@ func (r *rig) start() {
 // publish appends events of the given short types to the account log; returns their ids.
 func (r *rig) publish(types ...string) []string {
 	r.t.Helper()
-	var batch []store.Append
-	var ids []string
-	for _, typ := range types {
-		r.nextJob++
-		id := fmt.Sprintf("fetcher.%s.job-%05d", typ, r.nextJob)
-		ids = append(ids, id)
-		batch = append(batch, store.Append{Accounts: []string{acct}, Entry: store.Entry{
-			EventID: id, Type: typ, Time: time.Now().UTC().Format(time.RFC3339Nano), SchemaVersion: "1.0.0",
-			Data: []byte(fmt.Sprintf(`{"jobId":"job-%05d","metadata":{"store_id":"st_1"}}`, r.nextJob)),
-		}})
-	}
-	if _, err := r.store.AppendBatch(context.Background(), batch, time.Hour, time.Hour); err != nil {
+	ids, err := r.publishTo(acct, types...)
+	if err != nil {
 		r.t.Fatal(err)
 	}
 	return ids
+}
+
+// publishTo appends events of the given short types to account's log; returns their ids.
+// Safe from any goroutine.
+func (r *rig) publishTo(account string, types ...string) ([]string, error) {
+	var batch []store.Append
+	var ids []string
+	for _, typ := range types {
+		n := r.nextJob.Add(1)
+		id := fmt.Sprintf("fetcher.%s.job-%05d", typ, n)
+		ids = append(ids, id)
+		batch = append(batch, store.Append{Accounts: []string{account}, Entry: store.Entry{
+			EventID: id, Type: typ, Time: time.Now().UTC().Format(time.RFC3339Nano), SchemaVersion: "1.0.0",
+			Data: []byte(fmt.Sprintf(`{"jobId":"job-%05d","metadata":{"store_id":"st_1"}}`, n)),
+		}})
+	}
+	_, err := r.store.AppendBatch(context.Background(), batch, time.Hour, time.Hour)
+	return ids, err
 }
 
 func (r *rig) state(id string) store.State {

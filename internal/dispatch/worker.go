@@ -194,6 +194,11 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	if stopAfter(res, "") != nil {
 		return errStop // paused or disabled meanwhile: no retry
 	}
+	if until := failures.Wait(err); until > 0 {
+		// The sink knows when the next attempt can be taken (a spent STS budget, a
+		// session backoff): wait exactly that, without doubling the backoff for it.
+		return notTaken{pause: until}
+	}
 	wait := w.backoff
 	w.backoff = min(2*wait, cfg.NotTakenBackoff.Max)
 	return notTaken{pause: wait/2 + rand.N(wait/2+1)}

@@ -1,6 +1,7 @@
 package failures
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -25,7 +26,7 @@ const onOurSide = "the fault is on our side, not the customer's; retrying with b
 var awsRules = map[string]rule{
 	// Not taken: the bus is busy or failing, or our own session was refused.
 	"ThrottlingException":                    {NotTaken, "the bus is throttling writes", ""},
-	"Throttling":                             {NotTaken, "AWS is throttling requests", ""},
+	"Throttling":                             {NotTaken, "AWS is throttling the relay's own requests (STS limits AssumeRole per calling principal)", onOurSide},
 	"ProvisionedThroughputExceededException": {NotTaken, "the stream is over its write throughput", ""},
 	"KMSThrottlingException":                 {NotTaken, "the stream's KMS key is throttling requests", ""},
 	"LimitExceededException":                 {NotTaken, "the bus or stream is over its request rate", ""}, // Kinesis: too many requests
@@ -81,6 +82,20 @@ var awsRules = map[string]rule{
 		"check the tags on the role"},
 	"RegionDisabledException": {Rejected, "STS is not activated in the destination's region for the role's AWS account",
 		"activate the region under the account's IAM settings (STS endpoints)"},
+}
+
+// Throttled reports whether err is AWS throttling the caller: a throttling code (the
+// table's, or the SDK's list of throttle codes) or HTTP 429. For an STS call the caller is
+// our one principal, so the relay reports it (relay_sts_throttled_total); like every
+// throttle it is not taken, never counted against a destination.
+func Throttled(err error) bool {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		if _, ok := retry.DefaultThrottleErrorCodes[apiErr.ErrorCode()]; ok { // Throttling, ThrottlingException, …
+			return true
+		}
+	}
+	return httpStatus(err) == 429
 }
 
 // awsVerdict classifies an AWS API error by its code. status is the HTTP status of

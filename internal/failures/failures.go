@@ -7,6 +7,7 @@ package failures
 import (
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/aws/smithy-go"
 )
@@ -32,6 +33,9 @@ type Error struct {
 	Class   Class
 	Message string
 	Err     error // the underlying error, if any (not shown on the card)
+	// Wait, on a not-taken error, is the least time before another attempt can succeed
+	// (a spent STS budget, a session backoff): dispatch waits at least that long.
+	Wait time.Duration
 }
 
 func (e *Error) Error() string {
@@ -46,6 +50,21 @@ func (e *Error) Unwrap() error { return e.Err }
 // NewNotTaken says the bus did not take the event, and why.
 func NewNotTaken(message string, err error) error {
 	return &Error{Class: NotTaken, Message: message, Err: err}
+}
+
+// NewNotTakenFor says the bus did not take the event, and that the next attempt cannot
+// succeed before wait has passed.
+func NewNotTakenFor(message string, wait time.Duration, err error) error {
+	return &Error{Class: NotTaken, Message: message, Err: err, Wait: wait}
+}
+
+// Wait is how long err's producer said the next attempt must wait; 0 when it said nothing.
+func Wait(err error) time.Duration {
+	var fe *Error
+	if errors.As(err, &fe) && fe.Class == NotTaken {
+		return fe.Wait
+	}
+	return 0
 }
 
 // NewRejected says the event was refused for a reason the customer must fix.

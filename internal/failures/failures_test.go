@@ -585,3 +585,38 @@ func TestHeadCutsCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottledNamesEveryThrottleOfOurCallerAndNothingElse: STS's own Throttling (HTTP
+// 400), the JSON services' ThrottlingException, a bare 429, and none of the refusals.
+func TestThrottledNamesEveryThrottleOfOurCallerAndNothingElse(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"STS Throttling, HTTP 400", sdkError("STS", "AssumeRole", 400, &smithy.GenericAPIError{Code: "Throttling", Message: "Rate exceeded"}), true},
+		{"ThrottlingException", sdkError("STS", "AssumeRole", 400, &smithy.GenericAPIError{Code: "ThrottlingException"}), true},
+		{"HTTP 429 with an unknown code", sdkError("STS", "AssumeRole", 429, &smithy.GenericAPIError{Code: "SomethingElse"}), true},
+		{"HTTP 429 alone", &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{Response: response(429), Err: errors.New("x")}}, true},
+		{"AccessDenied", sdkError("STS", "AssumeRole", 403, &smithy.GenericAPIError{Code: "AccessDenied"}), false},
+		{"InternalFailure", sdkError("STS", "AssumeRole", 500, &smithy.GenericAPIError{Code: "InternalFailure"}), false},
+		{"nil", nil, false},
+	} {
+		if got := Throttled(tt.err); got != tt.want {
+			t.Errorf("%s: Throttled = %v, want %v", tt.name, got, tt.want)
+		}
+		if tt.want && Classify(tt.err).Class != NotTaken {
+			t.Errorf("%s: classified %s, want not taken: a throttle of our principal never counts", tt.name, Classify(tt.err).Class)
+		}
+	}
+}
+
+func TestWaitIsWhatTheProducerSaid(t *testing.T) {
+	err := fmt.Errorf("wrapped: %w", NewNotTakenFor("did not take the event: wait", 3*time.Second, nil))
+	if got := Wait(err); got != 3*time.Second {
+		t.Errorf("Wait = %s, want 3s", got)
+	}
+	if got := Wait(NewNotTaken("did not take the event", nil)); got != 0 {
+		t.Errorf("Wait of a plain not taken = %s, want 0", got)
+	}
+}

@@ -106,11 +106,10 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 		}
 		err = failures.PutEventsAnswer(out.FailedEntryCount, entries)
 	}
-	if err != nil && assume.SessionRefused(failures.Code(err)) {
-		// The bus refused this session (expired, or its permissions gone): the next
-		// attempt takes a fresh, probed one.
-		s.assumer.Forget(d, creds.AccessKeyID)
-	}
+	// A refused session (expired, or its permissions gone) is dropped: the next attempt
+	// takes a fresh one, after a backoff when the role's permissions refused it; a
+	// delivery ends that backoff.
+	s.assumer.Report(d, creds.AccessKeyID, err)
 	return err
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/sinks/eventbridge"
@@ -44,7 +45,8 @@ func newEnv(t *testing.T, now func() time.Time) env {
 	eb := awstest.NewEventBridge(t)
 	eb.RequireSessionFrom(sts) // a write signed with anything but the session is refused
 	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
-	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap", Now: now})
+	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap",
+		Backoff: config.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}, Now: now})
 	return env{
 		sts: sts, bus: eb,
 		sink: eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL}),
@@ -313,21 +315,25 @@ func TestRoleTrustingAnyRelayExternalIDIsRejectedAndNothingIsWritten(t *testing.
 	}
 }
 
-// TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshProbedOne: the bus
-// answers ExpiredToken (our session ran out early) or AccessDenied (its permissions
-// changed) for the cached session: the next write does not reuse it, it runs the probe
-// and takes a new session, and is signed with that one.
-func TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshProbedOne(t *testing.T) {
+// TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshOne: the bus answers
+// ExpiredToken (our session ran out early) or AccessDenied (its permissions changed, or
+// its sessions were revoked) for the cached session: the next write does not reuse it,
+// it takes a new session and is signed with that one. The probe that passed stands for
+// its lifetime (a refused write says nothing of the trust policy), so no second probe.
+// After AccessDenied the new session first waits out the session backoff: the write in
+// between is not taken, says how long, and costs STS nothing.
+func TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshOne(t *testing.T) {
 	for _, refusal := range []struct {
-		name  string
-		fail  func(e env)
-		class failures.Class
+		name    string
+		fail    func(e env)
+		class   failures.Class
+		backoff bool
 	}{
 		{"ExpiredTokenException", func(e env) {
 			e.bus.FailNext(1, awstest.Failure{Status: 400, Code: "ExpiredTokenException", Message: "The security token included in the request is expired"})
-		}, failures.NotTaken},
-		{"AccessDeniedException", func(e env) { e.bus.FailNext(1, awstest.AccessDeniedException) }, failures.Rejected},
-		{"entry AccessDeniedException", func(e env) { e.bus.FailEntries(1, "AccessDeniedException", "not authorized") }, failures.Rejected},
+		}, failures.NotTaken, false},
+		{"AccessDeniedException", func(e env) { e.bus.FailNext(1, awstest.AccessDeniedException) }, failures.Rejected, true},
+		{"entry AccessDeniedException", func(e env) { e.bus.FailEntries(1, "AccessDeniedException", "not authorized") }, failures.Rejected, true},
 	} {
 		t.Run(refusal.name, func(t *testing.T) {
 			e := newEnv(t, nil)
@@ -338,15 +344,25 @@ func TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshProbedOne(t *te
 			if got := failures.Classify(e.send(t, sinktest.Message(e.dest, 1))).Class; got != refusal.class {
 				t.Fatalf("refused write classified %s, want %s", got, refusal.class)
 			}
-			if err := e.send(t, sinktest.Message(e.dest, 2)); err != nil {
+			err := e.send(t, sinktest.Message(e.dest, 2))
+			if refusal.backoff {
+				o := failures.Classify(err)
+				if o.Class != failures.NotTaken || failures.Wait(err) <= 0 || !strings.Contains(o.Message, "was refused") || len(e.sts.Requests()) != 2 {
+					t.Fatalf("the write right after the refusal: %+v (wait %s, %d STS calls), want not taken, waiting, no STS call",
+						o, failures.Wait(err), len(e.sts.Requests()))
+				}
+				time.Sleep(failures.Wait(err))
+				err = e.send(t, sinktest.Message(e.dest, 2))
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			reqs, entries := e.sts.Requests(), e.read(t, 2)
-			if len(reqs) != 4 || reqs[2].Granted || reqs[2].ExternalID == extID || !reqs[3].Granted {
-				t.Fatalf("after the refusal STS saw %d calls %+v, want a refused probe then a new session", len(reqs), reqs)
+			if len(reqs) != 3 || !reqs[2].Granted || reqs[2].ExternalID != extID {
+				t.Fatalf("after the refusal STS saw %d calls %+v, want one new session under the probe that passed", len(reqs), reqs)
 			}
-			if entries[1].AccessKeyID != reqs[3].AccessKeyID || entries[1].AccessKeyID == entries[0].AccessKeyID {
-				t.Fatalf("the write after the refusal was signed with %s, want the new session %s", entries[1].AccessKeyID, reqs[3].AccessKeyID)
+			if entries[1].AccessKeyID != reqs[2].AccessKeyID || entries[1].AccessKeyID == entries[0].AccessKeyID {
+				t.Fatalf("the write after the refusal was signed with %s, want the new session %s", entries[1].AccessKeyID, reqs[2].AccessKeyID)
 			}
 		})
 	}

@@ -123,10 +123,10 @@ func (s *Sink) Send(ctx context.Context, d destination.Destination, m destinatio
 	}
 	out, err := s.clients.For(stream.Region).PutRecord(ctx, in,
 		func(o *kinesis.Options) { o.Credentials = assume.Session(creds) })
+	// A refused session is dropped (the next attempt takes a fresh one, after a backoff
+	// when the role's permissions refused it); a delivery ends that backoff.
+	s.assumer.Report(d, creds.AccessKeyID, err)
 	if err != nil {
-		if assume.SessionRefused(failures.Code(err)) {
-			s.assumer.Forget(d, creds.AccessKeyID) // the next attempt takes a fresh, probed session
-		}
 		return fmt.Errorf("kinesis PutRecord to %s: %w", d.StreamARN, err)
 	}
 	s.setLastSequence(chain, aws.ToString(out.SequenceNumber))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/sinks/sinktest"
@@ -48,7 +49,8 @@ func newEnv(t *testing.T, kinesalite string) env {
 	proxy := awstest.NewFaultProxy(t, kinesalite)
 	proxy.RequireSessionFrom(sts)
 	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
-	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
+	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap",
+		Backoff: config.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
 	opts := Options{AWS: ours, Assumer: a, Endpoint: proxy.URL}
 	return env{
 		kinesalite: kinesalite, stream: name, sts: sts, proxy: proxy, sink: New(opts), opts: opts,

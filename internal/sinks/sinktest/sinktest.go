@@ -171,7 +171,14 @@ func testFault(t *testing.T, b Backend, name string) {
 	if f.Want == failures.NotTaken {
 		want = failed
 	}
-	if err := send(t, b, want); err != nil {
+	// A session the fault refused waits out its backoff first (failures.Wait), as
+	// dispatch waits before the next attempt.
+	err = send(t, b, want)
+	for deadline := time.Now().Add(10 * time.Second); failures.Wait(err) > 0 && time.Now().Before(deadline); {
+		time.Sleep(failures.Wait(err))
+		err = send(t, b, want)
+	}
+	if err != nil {
 		t.Fatalf("%s: the send after the fault failed: %v", name, err)
 	}
 	got := b.Read(t, 1)

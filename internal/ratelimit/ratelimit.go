@@ -1,0 +1,77 @@
+// Package ratelimit holds token buckets by key, each refilling evenly over its rate:
+// the API's limits on what one account asks for, and the STS budget of each destination
+// and account. It never sleeps: a caller told to wait decides how.
+package ratelimit
+
+import (
+	"sync"
+	"time"
+
+	"github.com/mercamap/relay/internal/config"
+)
+
+// Buckets are token buckets by key: each holds up to Rate.Count and refills evenly over
+// Rate.Per. Keys are configured destination and account ids (looked up before a take),
+// so the map cannot grow with what a client sends. The zero value is ready to use.
+type Buckets struct {
+	mu sync.Mutex
+	m  map[string]*bucket
+}
+
+type bucket struct {
+	level float64 // tokens in the bucket at `at`
+	at    time.Time
+}
+
+// Limit is one bucket a take must find tokens in.
+type Limit struct {
+	Key  string
+	Rate config.Rate
+}
+
+// Take spends one token from every bucket of limits, or from none: when one is empty,
+// ok is false and wait is how long until each has a token again.
+func (b *Buckets) Take(now time.Time, limits ...Limit) (ok bool, wait time.Duration) {
+	return b.TakeN(now, 1, limits...)
+}
+
+// TakeN spends n tokens from every bucket of limits, or none: when one holds fewer, ok
+// is false and wait is how long until each holds n. n above a bucket's Count can never
+// be taken; callers keep n within it (config validates the counts).
+func (b *Buckets) TakeN(now time.Time, n int, limits ...Limit) (ok bool, wait time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[string]*bucket{}
+	}
+	need := float64(n)
+	for _, l := range limits {
+		bk := b.refill(now, l)
+		if bk.level < need {
+			perToken := l.Rate.Per / time.Duration(l.Rate.Count)
+			wait = max(wait, time.Duration((need-bk.level)*float64(perToken)))
+		}
+	}
+	if wait > 0 {
+		return false, wait
+	}
+	for _, l := range limits {
+		b.m[l.Key].level -= need
+	}
+	return true, 0
+}
+
+// refill brings l's bucket up to now (a new bucket starts full).
+func (b *Buckets) refill(now time.Time, l Limit) *bucket {
+	capacity := float64(l.Rate.Count)
+	bk, ok := b.m[l.Key]
+	if !ok {
+		bk = &bucket{level: capacity, at: now}
+		b.m[l.Key] = bk
+	}
+	if elapsed := now.Sub(bk.at); elapsed > 0 {
+		bk.level = min(capacity, bk.level+capacity*elapsed.Seconds()/l.Rate.Per.Seconds())
+		bk.at = now
+	}
+	return bk
+}
