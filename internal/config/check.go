@@ -323,19 +323,35 @@ func (p *parser) checkAPILimits(api *API) {
 	if api.SubscriptionsPerAccount >= h.MaxConnections {
 		p.add("api.subscriptions_per_account", "%d must be fewer than api.max_connections (%d): one account must not hold every connection", api.SubscriptionsPerAccount, h.MaxConnections)
 	}
-	for _, r := range []struct {
-		path string
-		rate Rate
-	}{{"api.tests_per_destination", api.TestsPerDestination}, {"api.tests_per_account", api.TestsPerAccount}} {
-		if r.rate.Count < 1 {
-			p.add(r.path+".count", "must be at least 1 test")
-		}
-	}
-	if a, d := api.TestsPerAccount, api.TestsPerDestination; a.Count >= 1 && d.Count >= 1 &&
-		float64(a.Count)/a.Per.Seconds() < float64(d.Count)/d.Per.Seconds() {
-		p.add("api.tests_per_account", "%d per %s is less than api.tests_per_destination (%d per %s): no destination could reach its own rate", a.Count, a.Per, d.Count, d.Per)
+	for _, pair := range []struct {
+		what          string
+		dest, account string
+		d, a          Rate
+	}{
+		{"test", "api.tests_per_destination", "api.tests_per_account", api.TestsPerDestination, api.TestsPerAccount},
+		{"action", "api.actions_per_destination", "api.actions_per_account", api.ActionsPerDestination, api.ActionsPerAccount},
+		{"replay", "api.replays_per_destination", "api.replays_per_account", api.ReplaysPerDestination, api.ReplaysPerAccount},
+	} {
+		p.checkRates(pair.what, pair.dest, pair.account, pair.d, pair.a)
 	}
 }
+
+// checkRates checks a per-destination and a per-account bucket of one kind: each lets
+// at least one through, and the account's is not slower than one destination's.
+func (p *parser) checkRates(what, destPath, accountPath string, d, a Rate) {
+	if d.Count < 1 {
+		p.add(destPath+".count", "must be at least 1 %s", what)
+	}
+	if a.Count < 1 {
+		p.add(accountPath+".count", "must be at least 1 %s", what)
+	}
+	if a.Count >= 1 && d.Count >= 1 && float64(a.Count)/a.Per.Seconds() < float64(d.Count)/d.Per.Seconds() {
+		p.add(accountPath, "%d per %s is less than %s (%d per %s): no destination could reach its own rate", a.Count, a.Per, destPath, d.Count, d.Per)
+	}
+}
+
+// minKept is the least count bound of a channel or an attempt log.
+const minKept = 500
 
 // minConnections is the least api.max_connections: room for probes, scrapers and a few
 // subscriptions.
@@ -368,6 +384,14 @@ func (p *parser) checkDelivery(d *Delivery) {
 	}
 	if d.AttemptsRetention < d.ChannelRetention {
 		p.add("delivery.attempts_retention", "%s is shorter than delivery.channel_retention (%s): the attempt log is kept at least as long as channel events", d.AttemptsRetention, d.ChannelRetention)
+	}
+	// Below a few hundred, Redis's approximate trim (whole nodes of 100 entries) would
+	// keep noticeably more than asked, and a reconnecting watcher would resync often.
+	if d.ChannelMaxEvents < minKept {
+		p.add("delivery.channel_max_events", "must be at least %d events", minKept)
+	}
+	if d.AttemptsMax < minKept {
+		p.add("delivery.attempts_max", "must be at least %d attempt lines", minKept)
 	}
 	if d.OperatorEventsExchange == "" {
 		p.add("delivery.operator_events_exchange", "must not be empty (leave it out for %s)", DefaultOperatorEventsExchange)
