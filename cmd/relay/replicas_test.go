@@ -44,8 +44,11 @@ type replicaSet struct {
 	confirmed, unknown []string // event ids in the order the broker confirmed them; ids never confirmed
 }
 
-// replicasAdminToken is the admin token of every replica of a replicaSet.
-const replicasAdminToken = "replicas-admin-token-0123456789"
+// The admin token and acct_1's account token of every replica of a replicaSet.
+const (
+	replicasAdminToken = "replicas-admin-token-0123456789"
+	replicasAcctToken  = "replicas-acct1-token-0123456789"
+)
 
 func startReplicas(t *testing.T, n int) *replicaSet {
 	t.Helper()
@@ -69,7 +72,7 @@ identity:
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}]}
+api: {listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}, {scope: "account:acct_1", token: env:TEST_ACCT_TOKEN}]}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
@@ -88,7 +91,7 @@ destinations:
 `, amqpURL, rs.exchange, rs.queue, redisURL, listen, sts.URL, bus.URL, roleARN)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken)
+		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)
 		rs.procs, rs.apis, rs.logs = append(rs.procs, cmd), append(rs.apis, "http://"+listen), append(rs.logs, logs)
 	}
 

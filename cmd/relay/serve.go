@@ -81,7 +81,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	st, err := store.Connect(storeOptions(cfg.Redis))
+	so := storeOptions(cfg.Redis)
+	so.Bounds = store.Bounds{ChannelEvents: cfg.Delivery.ChannelMaxEvents, Attempts: cfg.Delivery.AttemptsMax}
+	st, err := store.Connect(so)
 	if err != nil {
 		return fmt.Errorf("redis.url: %w", err)
 	}

@@ -68,12 +68,12 @@ type Server struct {
 	log      *slog.Logger
 	tokens   *tokens
 	accounts atomic.Pointer[map[string]bool] // the configured accounts
-	limits   atomic.Pointer[config.API]      // subscription caps and test rates; Reload replaces them
+	limits   atomic.Pointer[config.API]      // subscription caps and action rates; Reload replaces them
 	mux      *http.ServeMux
 
 	httpLimits config.HTTPLimits // timeouts, body and connection caps: read once in New
 	shed       func()            // counts a connection closed to make room
-	tests      ratelimit.Buckets // "send a test" per destination and per account
+	actions    ratelimit.Buckets // actions, replays and tests per destination and per account (ratelimit.go)
 	ping       pinger            // /readyz's PING: one at a time, waited for a bounded time
 
 	mu         sync.Mutex

@@ -11,7 +11,6 @@ import (
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
-	"github.com/mercamap/relay/internal/ratelimit"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 )
@@ -102,7 +101,7 @@ func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, d destination
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, p principal) {
-	s.changeStatus(w, r, p, "paused", s.opts.Destinations.Pause)
+	s.changeStatus(w, r, p, "paused", plainAction, s.opts.Destinations.Pause)
 }
 
 // activate takes an empty body (deliver what arrives from now on), or
@@ -123,7 +122,11 @@ func (s *Server) activate(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, errInvalid(`replay must be "since_disabled" or "since_paused"`))
 		return
 	}
-	s.changeStatus(w, r, p, "activated", func(ctx context.Context, id string, operator bool) (dispatch.Change, error) {
+	kind := plainAction
+	if body.Replay != "" {
+		kind = replayAction
+	}
+	s.changeStatus(w, r, p, "activated", kind, func(ctx context.Context, id string, operator bool) (dispatch.Change, error) {
 		return s.opts.Destinations.ActivateSince(ctx, id, operator, body.Replay)
 	})
 }
@@ -157,6 +160,9 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 			return
 		}
 		point.From = t
+	}
+	if !s.allow(w, p, d, replayAction) {
+		return
 	}
 	res, err := s.opts.Destinations.Replay(r.Context(), d.ID, point)
 	var tooOld store.ErrTooOld
@@ -205,10 +211,10 @@ type changedCard struct {
 // changeStatus applies a pause or an activation and answers with the card after it.
 // An account token gets 403 FORBIDDEN, with the reason, for a destination our
 // operators disabled.
-func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principal, done string,
+func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principal, done string, kind action,
 	change func(context.Context, string, bool) (dispatch.Change, error)) {
 	d, ok := s.lookup(w, r, p)
-	if !ok {
+	if !ok || !s.allow(w, p, d, kind) {
 		return
 	}
 	res, err := change(r.Context(), d.ID, p.admin)
@@ -218,7 +224,11 @@ func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principa
 	}
 	var mismatch store.ErrSinceMismatch
 	if errors.As(err, &mismatch) {
-		writeError(w, errInvalid("the destination is "+mismatch.Status+`: replay "since_`+mismatch.Status+`", or none`))
+		if mismatch.Status == store.Active {
+			writeError(w, errInvalid(`the destination is active: nothing to resume; activate it with no replay, or replay from a point`))
+		} else {
+			writeError(w, errInvalid("the destination is "+mismatch.Status+`: replay "since_`+mismatch.Status+`", or none`))
+		}
 		return
 	}
 	if err != nil {
@@ -254,11 +264,7 @@ func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	// Each test is a probe and a session on our one AWS principal: one account's tests
 	// must not spend the STS rate every other customer's sessions need.
-	lim := s.limits.Load()
-	if ok, wait := s.tests.Take(time.Now(), ratelimit.Limit{Key: "destination:" + d.ID, Rate: lim.TestsPerDestination},
-		ratelimit.Limit{Key: "account:" + d.Account, Rate: lim.TestsPerAccount}); !ok {
-		writeError(w, errExhausted(fmt.Sprintf("too many tests: %d per %s for a destination, %d per %s for an account; try again later",
-			lim.TestsPerDestination.Count, lim.TestsPerDestination.Per, lim.TestsPerAccount.Count, lim.TestsPerAccount.Per), wait))
+	if !s.allow(w, p, d, testAction) {
 		return
 	}
 	outcome, err := s.opts.Destinations.Test(r.Context(), d.ID)

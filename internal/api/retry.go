@@ -23,6 +23,9 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, errInvalid("the attempt must be its number n from the attempt log, a whole number of at least 1"))
 		return
 	}
+	if !s.allow(w, p, d, plainAction) {
+		return
+	}
 	req, err := s.opts.Destinations.Retry(r.Context(), d.ID, n)
 	var notActive store.ErrNotActive
 	var notRetryable store.ErrNotRetryable

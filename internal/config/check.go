@@ -348,7 +348,17 @@ func (p *parser) checkAPILimits(api *API) {
 	if api.SubscriptionsPerAccount >= h.MaxConnections {
 		p.add("api.subscriptions_per_account", "%d must be fewer than api.max_connections (%d): one account must not hold every connection", api.SubscriptionsPerAccount, h.MaxConnections)
 	}
-	p.checkRates("api.tests_per_destination", api.TestsPerDestination, "api.tests_per_account", api.TestsPerAccount, 1, "test")
+	for _, pair := range []struct {
+		what          string
+		dest, account string
+		d, a          Rate
+	}{
+		{"test", "api.tests_per_destination", "api.tests_per_account", api.TestsPerDestination, api.TestsPerAccount},
+		{"action", "api.actions_per_destination", "api.actions_per_account", api.ActionsPerDestination, api.ActionsPerAccount},
+		{"replay", "api.replays_per_destination", "api.replays_per_account", api.ReplaysPerDestination, api.ReplaysPerAccount},
+	} {
+		p.checkRates(pair.dest, pair.d, pair.account, pair.a, 1, pair.what)
+	}
 }
 
 // checkRates checks a per-destination rate and the per-account one above it: each holds
@@ -378,6 +388,9 @@ func (p *parser) checkAWS(aws *AWS) {
 		p.add("aws.session_backoff.max", "%s is shorter than initial (%s)", aws.SessionBackoff.Max, aws.SessionBackoff.Initial)
 	}
 }
+
+// minKept is the least count bound of a channel or an attempt log.
+const minKept = 500
 
 // minConnections is the least api.max_connections: room for probes, scrapers and a few
 // subscriptions.
@@ -410,6 +423,14 @@ func (p *parser) checkDelivery(d *Delivery) {
 	}
 	if d.AttemptsRetention < d.ChannelRetention {
 		p.add("delivery.attempts_retention", "%s is shorter than delivery.channel_retention (%s): the attempt log is kept at least as long as channel events", d.AttemptsRetention, d.ChannelRetention)
+	}
+	// Below a few hundred, Redis's approximate trim (whole nodes of 100 entries) would
+	// keep noticeably more than asked, and a reconnecting watcher would resync often.
+	if d.ChannelMaxEvents < minKept {
+		p.add("delivery.channel_max_events", "must be at least %d events", minKept)
+	}
+	if d.AttemptsMax < minKept {
+		p.add("delivery.attempts_max", "must be at least %d attempt lines", minKept)
 	}
 	if d.OperatorEventsExchange == "" {
 		p.add("delivery.operator_events_exchange", "must not be empty (leave it out for %s)", DefaultOperatorEventsExchange)

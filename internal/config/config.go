@@ -120,6 +120,15 @@ type API struct {
 	// principal, so one account must not spend STS's rate for everyone.
 	TestsPerDestination Rate
 	TestsPerAccount     Rate
+	// State-changing actions of an account token (per replica): pause, activate, test,
+	// replay and retry each take one from both buckets. Admin tokens are not counted.
+	ActionsPerDestination Rate
+	ActionsPerAccount     Rate
+	// Replays of an account token (per replica): a replay, or an activation with one,
+	// can send a destination's whole log again, so they take one more, from these
+	// tighter buckets.
+	ReplaysPerDestination Rate
+	ReplaysPerAccount     Rate
 }
 
 // HTTPLimits bound what a connection may hold: slow headers or bodies, idle keep-alives,
@@ -195,11 +204,16 @@ type Delivery struct {
 	DisableAfter  int
 	// WarnAfter are the counts of rejections in a row at which destination.failing goes
 	// out (each once per run of failures), each below DisableAfter.
-	WarnAfter              []int
-	LeaseTTL               time.Duration
-	ChannelRetention       time.Duration
-	LabelRecheck           time.Duration
-	AttemptsRetention      time.Duration // never shorter than ChannelRetention
+	WarnAfter         []int
+	LeaseTTL          time.Duration
+	ChannelRetention  time.Duration
+	LabelRecheck      time.Duration
+	AttemptsRetention time.Duration // never shorter than ChannelRetention
+	// Count bounds, beside the age ones: each channel keeps about its newest
+	// ChannelMaxEvents events, each destination's attempt log its newest AttemptsMax
+	// lines, whatever their age.
+	ChannelMaxEvents       int
+	AttemptsMax            int
 	OperatorEventsExchange string
 }
 

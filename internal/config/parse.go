@@ -38,6 +38,10 @@ func DefaultAPI() API {
 		SubscriptionsPerAccount: 200,
 		TestsPerDestination:     Rate{Count: 6, Per: time.Minute},
 		TestsPerAccount:         Rate{Count: 30, Per: time.Minute},
+		ActionsPerDestination:   Rate{Count: 10, Per: time.Minute},
+		ActionsPerAccount:       Rate{Count: 60, Per: time.Minute},
+		ReplaysPerDestination:   Rate{Count: 5, Per: 10 * time.Minute},
+		ReplaysPerAccount:       Rate{Count: 30, Per: 10 * time.Minute},
 	}
 }
 
@@ -78,6 +82,8 @@ func defaults() *Config {
 			ChannelRetention:       168 * time.Hour,
 			LabelRecheck:           15 * time.Minute,
 			AttemptsRetention:      720 * time.Hour,
+			ChannelMaxEvents:       10000,
+			AttemptsMax:            10000,
 			OperatorEventsExchange: DefaultOperatorEventsExchange,
 		},
 	}
@@ -207,6 +213,10 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"subscriptions_per_account": func(v *yaml.Node, path string) { w.integer(v, path, &c.API.SubscriptionsPerAccount) },
 				"tests_per_destination":     func(v *yaml.Node, path string) { w.rate(v, path, &c.API.TestsPerDestination) },
 				"tests_per_account":         func(v *yaml.Node, path string) { w.rate(v, path, &c.API.TestsPerAccount) },
+				"actions_per_destination":   func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ActionsPerDestination) },
+				"actions_per_account":       func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ActionsPerAccount) },
+				"replays_per_destination":   func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ReplaysPerDestination) },
+				"replays_per_account":       func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ReplaysPerAccount) },
 				"tokens": func(v *yaml.Node, path string) {
 					c.API.Tokens = []Token{}
 					w.list(v, path, func(v *yaml.Node, path string) {
@@ -280,6 +290,8 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"channel_retention":        func(v *yaml.Node, path string) { w.duration(v, path, &d.ChannelRetention) },
 				"label_recheck":            func(v *yaml.Node, path string) { w.duration(v, path, &d.LabelRecheck) },
 				"attempts_retention":       func(v *yaml.Node, path string) { w.duration(v, path, &d.AttemptsRetention) },
+				"channel_max_events":       func(v *yaml.Node, path string) { w.integer(v, path, &d.ChannelMaxEvents) },
+				"attempts_max":             func(v *yaml.Node, path string) { w.integer(v, path, &d.AttemptsMax) },
 				"operator_events_exchange": func(v *yaml.Node, path string) { w.str(v, path, &d.OperatorEventsExchange) },
 			})
 		},

@@ -27,6 +27,7 @@ type bucket struct {
 type Limit struct {
 	Key  string
 	Rate config.Rate
+	What string // names the limit in a refusal ("replays for a destination"); optional
 }
 
 // Take spends one token from every bucket of limits, or from none: when one is empty,
@@ -39,6 +40,17 @@ func (b *Buckets) Take(now time.Time, limits ...Limit) (ok bool, wait time.Durat
 // is false and wait is how long until each holds n. n above a bucket's Count can never
 // be taken; callers keep n within it (config validates the counts).
 func (b *Buckets) TakeN(now time.Time, n int, limits ...Limit) (ok bool, wait time.Duration) {
+	ok, wait, _ = b.take(now, n, limits)
+	return ok, wait
+}
+
+// TakeWhich is Take that, when it refuses, also names the limit that waits longest (the
+// one a refusal should tell the caller about).
+func (b *Buckets) TakeWhich(now time.Time, limits ...Limit) (ok bool, wait time.Duration, empty Limit) {
+	return b.take(now, 1, limits)
+}
+
+func (b *Buckets) take(now time.Time, n int, limits []Limit) (ok bool, wait time.Duration, empty Limit) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
@@ -49,16 +61,18 @@ func (b *Buckets) TakeN(now time.Time, n int, limits ...Limit) (ok bool, wait ti
 		bk := b.refill(now, l)
 		if bk.level < need {
 			perToken := l.Rate.Per / time.Duration(l.Rate.Count)
-			wait = max(wait, time.Duration((need-bk.level)*float64(perToken)))
+			if w := time.Duration((need - bk.level) * float64(perToken)); w > wait {
+				wait, empty = w, l
+			}
 		}
 	}
 	if wait > 0 {
-		return false, wait
+		return false, wait, empty
 	}
 	for _, l := range limits {
 		b.m[l.Key].level -= need
 	}
-	return true, 0
+	return true, 0, Limit{}
 }
 
 // refill brings l's bucket up to now (a new bucket starts full).

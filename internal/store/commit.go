@@ -184,7 +184,7 @@ end
 -- The attempt log: kept longer than channel events, for the card's attempts page.
 local n = tonumber(h[12] or '0') + 1
 put('attempts', n)
-redis.call('XADD', KEYS[6], n .. '-0', 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
+add_attempt(KEYS[6], n, 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
 local first = nil
 if n % 32 == 0 then first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1] end
 if first and tonumber(first[2][2]) < attempts_cutoff then
@@ -235,7 +235,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
-		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter), c.Next,
+		c.Account, c.Connector, noticeID, c.Wrote, c.Epoch, joinInts(c.WarnAfter), c.Next, s.boundsArg(),
 	}})
 	res, _ := reply.([]any)
 	switch {

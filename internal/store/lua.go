@@ -4,6 +4,27 @@ package store
 // changes a destination appends its channel events in the same call, so a channel never
 // shows a change that did not happen, nor misses one that did.
 const luaPrelude = `
+-- The count bounds (Store.Bounds): the last argument of a script that appends to a
+-- channel or an attempt log is 'bounds:<channel events>:<attempt lines>'. Without it
+-- nothing is trimmed by count.
+local chan_max, attempts_max = 0, 0
+do
+  local c, a = string.match(ARGV[#ARGV] or '', '^bounds:(%d+):(%d+)$')
+  if c then chan_max, attempts_max = tonumber(c), tonumber(a) end
+end
+
+-- xadd_kept appends an entry with id to stream, keeping about its newest most entries
+-- (MAXLEN ~: Redis drops whole nodes, cheap); most 0: no count bound.
+local function xadd_kept(stream, most, id, ...)
+  if most > 0 then return redis.call('XADD', stream, 'MAXLEN', '~', most, id, ...) end
+  return redis.call('XADD', stream, id, ...)
+end
+
+-- add_attempt appends line n to the attempt log key, within the count bound.
+local function add_attempt(key, n, ...)
+  return xadd_kept(key, attempts_max, n .. '-0', ...)
+end
+
 local function dec(s)
   if s and s ~= '' then return cjson.decode(s) end
   return cjson.null
@@ -24,12 +45,13 @@ local function card_state(destkey)
   return state_of(h[1], h[2], h[3], h[4], h[5], h[6], h[7])
 end
 
--- emit appends one event to a channel with the next gap-free sequence. Every 32nd
--- event it also trims the channel of events older than cutoff (ms): bounded work,
--- off the common path.
+-- emit appends one event to a channel with the next gap-free sequence, keeping about
+-- chan_max events. Every 32nd event it also trims the channel of events older than
+-- cutoff (ms): bounded work, off the common path. Either trim drops the oldest only, so
+-- what stays is gap-free and a reader's cursor before it is expired (ReadChannel).
 local function emit(stream, seqkey, etype, now_ms, cutoff, data)
   local seq = redis.call('INCR', seqkey)
-  redis.call('XADD', stream, seq .. '-0', 'type', etype, 'at', now_ms, 'data', data)
+  xadd_kept(stream, chan_max, seq .. '-0', 'type', etype, 'at', now_ms, 'data', data)
   if seq % 32 ~= 0 then return seq end
   local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
   if first and tonumber(first[2][4]) < cutoff then
@@ -82,6 +104,37 @@ local function id_after(a, b)
   local bm, bs = string.match(b, '^(%d+)-(%d+)$')
   am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
   return am > bm or (am == bm and as > bs)
+end
+
+-- replay_to points the destination (KEYS[1]) at log id target for a replay, one replay
+-- in flight: the hash keeps the running replay's point (replay_point) and the log's last
+-- id when it began (replay_end); it runs while the cursor is before that end. A replay
+-- asked while one runs replaces it instead of starting over:
+--   - target between the running point and the cursor: delivery goes on from the cursor
+--     (what lies between was sent again by the running replay; the rest comes in order);
+--   - target before the running point: the cursor moves back to it, the end stays;
+--   - target past the cursor: what follows it comes anyway; an activation (exact) moves
+--     the cursor to it, as it always did, a replay of an active destination does not.
+-- With none running it starts one: the cursor moves to target (only back, unless exact).
+-- Returns the id delivery goes on after, the replaced replay's point ('' none) and
+-- whether the cursor moved (the caller then changes the epoch).
+local function replay_to(target, logkey, exact)
+  local h = redis.call('HMGET', KEYS[1], 'cursor', 'replay_point', 'replay_end')
+  local cursor = h[1] or '0-0'
+  if h[2] and h[3] and id_after(h[3], cursor) then
+    if not id_after(h[2], target) and not id_after(target, cursor) then return cursor, h[2], false end
+    if exact or id_after(cursor, target) then
+      redis.call('HSET', KEYS[1], 'cursor', target, 'replay_point', target)
+      return target, h[2], true
+    end
+    return cursor, h[2], false
+  end
+  local last = redis.call('XREVRANGE', logkey, '+', '-', 'COUNT', 1)[1]
+  local head = '0-0'
+  if last then head = last[1] end
+  if exact or id_after(cursor, target) then redis.call('HSET', KEYS[1], 'cursor', target) end
+  redis.call('HSET', KEYS[1], 'replay_point', target, 'replay_end', head)
+  return target, '', true
 end
 
 -- begin_write is the write fence (see BeginWrite): it marks that the write of log entry

@@ -50,7 +50,7 @@ func (s *Store) SetupChecked(ctx context.Context, r Ref, passed bool, check Pend
 	}
 	now := time.Now()
 	res, err := setupCheckedScript.Run(ctx, s.rdb, r.chanKeys(), p, now.UTC().Format(time.RFC3339Nano), now.UnixMilli(),
-		now.Add(-channelRetention).UnixMilli(), r.ID, data).Text()
+		now.Add(-channelRetention).UnixMilli(), r.ID, data, s.boundsArg()).Text()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
 		return "", ErrUnknownDestination
 	}

@@ -29,7 +29,7 @@ type Replay struct {
 
 // Replayed is what a replay did.
 type Replayed struct {
-	Cursor   string // the log id delivery restarts after ("0-0": the start of the log)
+	Cursor   string // the log id delivery restarts (or, replacing a replay in flight, goes on) after ("0-0": the start of the log)
 	Pending  bool   // the destination is not active: the replay starts when it is activated
 	Sequence int64  // the destination channel's sequence after destination.replayed
 }
@@ -62,34 +62,43 @@ elseif #redis.call('XRANGE', KEYS[6], after_id, after_id) == 0 then
 else
   target = after_id
 end
-local pending = 0
+local pending, replaced, cursor = 0, '', target
 if status == 'active' then
-  -- Only back: events past the cursor are to be delivered anyway.
-  if id_after(redis.call('HGET', KEYS[1], 'cursor') or '0-0', target) then
-    redis.call('HSET', KEYS[1], 'cursor', target)
-  end
-  -- A write begun or committed under the old epoch moves the cursor no more.
-  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  local moved
+  cursor, replaced, moved = replay_to(target, KEYS[6], false)
+  -- A write begun or committed under the old epoch moves the cursor no more; a replay
+  -- that only replaces the running one leaves the writes under way alone.
+  if moved then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end
   redis.call('HDEL', KEYS[1], 'replay_from')
 else
+  -- The point waits for the activation; a newer one replaces it.
+  replaced = redis.call('HGET', KEYS[1], 'replay_from') or ''
   redis.call('HSET', KEYS[1], 'replay_from', target)
   pending = 1
 end
 local message = 'replay ' .. point .. ' asked for'
 if pending == 1 then message = message .. '; it starts when the destination is activated' end
+if replaced ~= '' then
+  message = message .. '; it replaces the replay after ' .. replaced .. ' not yet done'
+  if pending == 0 then message = message .. ': delivery goes on after ' .. cursor end
+end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('XADD', KEYS[7], n .. '-0', 'at', now_ms, 'event_id', '', 'outcome', 'replayed', 'message', message)
+add_attempt(KEYS[7], n, 'at', now_ms, 'event_id', '', 'outcome', 'replayed', 'message', message)
 local seq = emit_both('destination.replayed', now_ms, cutoff,
-  {destination = dest_id, point = point, cursor = target, pending = pending == 1, message = message})
-return {target, pending, seq}
+  {destination = dest_id, point = point, cursor = cursor, pending = pending == 1, message = message,
+   replaces = replaced ~= '' and replaced or nil})
+return {cursor, pending, seq}
 `)
 
 // Replay moves a destination's cursor back to a point of its account's log, in one
 // Redis step fenced like a status change: everything after it is delivered again, in
 // log order, before newer events (a write begun before the replay may still land; no
 // write under the old cursor starts after it). On a destination not active the point is
-// kept and the activation starts from it. The replay is a destination.replayed event on
-// the destination's channels and a line ("replayed") in its attempt log.
+// kept and the activation starts from it. One replay is in flight per destination: one
+// asked while another has not reached the log's end of when it began replaces it
+// (replay_to in luaPrelude), so asking again and again resends the log once, not once
+// per ask. The replay is a destination.replayed event on the destination's channels
+// and a line ("replayed") in its attempt log, which name the replay it replaced.
 func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 	p := r.Point
 	var fromMS, afterID, point string
@@ -111,7 +120,7 @@ func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 	now := time.Now()
 	keys := append(r.chanKeys(), logKey(r.Account), attemptsKey(r.Account, r.ID))
 	res, err := replayScript.Run(ctx, s.rdb, keys, "" /* unused */, now.UnixMilli(), now.Add(-r.ChannelRetention).UnixMilli(),
-		now.UTC().Format(time.RFC3339Nano), point, r.ID, fromMS, afterID).Slice()
+		now.UTC().Format(time.RFC3339Nano), point, r.ID, fromMS, afterID, s.boundsArg()).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
 		return Replayed{}, ErrUnknownDestination

@@ -60,7 +60,7 @@ if not status then return redis.error_reply('UNKNOWN destination has no stored s
 if status ~= 'active' then return redis.error_reply('NOTACTIVE ' .. status) end
 if redis.call('LLEN', KEYS[3]) >= most then return redis.error_reply('FULL retry queue full') end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('XADD', KEYS[2], n .. '-0', 'at', now_ms, 'event_id', event_id, 'outcome', 'retry_queued',
+add_attempt(KEYS[2], n, 'at', now_ms, 'event_id', event_id, 'outcome', 'retry_queued',
   'message', 'retry of attempt ' .. retry_of .. ' asked for', 'retry_of', retry_of)
 redis.call('RPUSH', KEYS[3], cjson.encode({attempt = n, retry_of = retry_of, log_id = log_id, event_id = event_id}))
 redis.call('HINCRBY', KEYS[1], 'retries_queued', 1)
@@ -100,7 +100,7 @@ func (s *Store) AskRetry(ctx context.Context, r Ref, n int64) (RetryRequest, err
 		return RetryRequest{}, err
 	}
 	keys := []string{destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID), retriesKey(r.Account, r.ID)}
-	a, err := askRetryScript.Run(ctx, s.rdb, keys, time.Now().UnixMilli(), n, logID, eventID, MaxQueuedRetries).Int64()
+	a, err := askRetryScript.Run(ctx, s.rdb, keys, time.Now().UnixMilli(), n, logID, eventID, MaxQueuedRetries, s.boundsArg()).Int64()
 	switch {
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
 		return RetryRequest{}, ErrUnknownDestination
@@ -179,7 +179,7 @@ local w = redis.call('HGET', KEYS[1], 'writing')
 if w and string.sub(w, 1, #log_id + 1) == log_id .. '|' then redis.call('HDEL', KEYS[1], 'writing') end
 local text = 'retry of attempt ' .. retry_of .. ': ' .. message
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('XADD', KEYS[7], n .. '-0', 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', text,
+add_attempt(KEYS[7], n, 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', text,
   'retry_of', retry_of, 'retry', attempt)
 return {n, emit_both('delivery.retried', now_ms, cutoff, {destination = dest_id, event_id = event_id,
   message_id = message_id, class = kind, message = text, attempt = n, retry_of = retry_of, retry = attempt})}
@@ -196,7 +196,7 @@ func (s *Store) RetryDone(ctx context.Context, d RetryDone) (attempt int64, err 
 	keys := append(d.Ref.chanKeys(), retriesKey(d.Account, d.ID), attemptsKey(d.Account, d.ID))
 	res, err := retryDoneScript.Run(ctx, s.rdb, keys, strconv.FormatInt(d.Token, 10), now.UnixMilli(),
 		now.Add(-d.ChannelRetention).UnixMilli(), d.ID, q.Attempt, q.RetryOf, q.LogID, q.EventID,
-		d.Kind, d.MessageID, boundText(d.Message)).Int64Slice()
+		d.Kind, d.MessageID, boundText(d.Message), s.boundsArg()).Int64Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "STALE"):
 		return 0, ErrStaleLease

@@ -176,7 +176,7 @@ func (s *Store) Ensure(ctx context.Context, r Ref, externalID, fingerprint strin
 	now := time.Now()
 	keys := append(r.chanKeys(), logKey(r.Account))
 	return ensureScript.Run(ctx, s.rdb, keys, externalID, fingerprint, now.UnixMilli(),
-		now.Add(-channelRetention).UnixMilli(), r.ID).Text()
+		now.Add(-channelRetention).UnixMilli(), r.ID, s.boundsArg()).Text()
 }
 
 var statusScript = redis.NewScript(luaPrelude + `
@@ -198,6 +198,11 @@ if w then
   local started = tonumber(string.match(w, '|(%d+)$'))
   if started and now_ms - started < write_window then in_flight = 1 end
 end
+-- Checked before "already so": resuming an active destination is an error, not a no-op.
+local since = ARGV[12]
+if want == 'active' and ((since == 'since_disabled' and status ~= 'disabled') or (since == 'since_paused' and status ~= 'paused')) then
+  return redis.error_reply('MISMATCH the destination is ' .. status)
+end
 if status == want and not (want == 'disabled' and operator and disabled_by(KEYS[1]) ~= 'operator') then
   return {0, tonumber(redis.call('GET', KEYS[3]) or '0'), in_flight}
 end
@@ -206,14 +211,10 @@ if want == 'paused' then
   redis.call('HSET', KEYS[1], 'status', 'paused')
   etype = 'destination.paused'
 elseif want == 'active' then
-  local since = ARGV[12]
-  if (since == 'since_disabled' and status ~= 'disabled') or (since == 'since_paused' and status ~= 'paused') then
-    return redis.error_reply('MISMATCH the destination is ' .. status)
-  end
   local replay_from = redis.call('HGET', KEYS[1], 'replay_from')
   if replay_from then
-    -- A replay asked for while not active starts now.
-    redis.call('HSET', KEYS[1], 'cursor', replay_from)
+    -- A replay asked for while not active starts now (or replaces the one in flight).
+    replay_to(replay_from, KEYS[6], true)
     redis.call('HDEL', KEYS[1], 'replay_from')
   elseif since == '' and status ~= 'pending' then
     -- Events that arrived while paused or disabled are not delivered later.
@@ -317,7 +318,7 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account))
 	res, err := statusScript.Run(ctx, s.rdb, keys, c.Status, now.UnixMilli(), now.Add(-c.ChannelRetention).UnixMilli(),
 		now.UTC().Format(time.RFC3339Nano), boundText(c.Reason), r.ID, r.Account, r.Connector, noticeID, operator,
-		c.WriteWindow.Milliseconds(), c.Since).Int64Slice()
+		c.WriteWindow.Milliseconds(), c.Since, s.boundsArg()).Int64Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "MISMATCH"):
 		return StatusResult{}, ErrSinceMismatch{Status: strings.TrimPrefix(err.Error(), "MISMATCH the destination is ")}
@@ -378,7 +379,7 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 		return 0, err
 	}
 	now := time.Now()
-	seq, err := emitScript.Run(ctx, s.rdb, r.chanKeys(), eventType, now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), data).Int64()
+	seq, err := emitScript.Run(ctx, s.rdb, r.chanKeys(), eventType, now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), data, s.boundsArg()).Int64()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
 		return 0, ErrUnknownDestination
 	}

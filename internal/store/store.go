@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,13 +20,43 @@ import (
 type Store struct {
 	rdb         redis.UniversalClient
 	minReplicas int
+	bounds      Bounds
 	commits     group // commits arriving together share a round trip (group.go)
 }
 
 // New returns a Store over an open Redis client: a *redis.Client for one server, a
-// *redis.ClusterClient for Redis Cluster. It waits for no replica (Options.MinReplicas 0).
+// *redis.ClusterClient for Redis Cluster. It waits for no replica (Options.MinReplicas 0)
+// and keeps DefaultBounds.
 func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb}
+	return &Store{rdb: rdb, bounds: Bounds{}.orDefault()}
+}
+
+// Bounds are the count bounds of what the scripts append, beside the age bounds each
+// call passes: a channel keeps about its newest ChannelEvents events, a destination's
+// attempt log its newest Attempts lines (Redis trims whole nodes of its streams, so a
+// hundred or so more may stay). Zero: the default.
+type Bounds struct {
+	ChannelEvents int
+	Attempts      int
+}
+
+// DefaultBounds are delivery.channel_max_events and delivery.attempts_max's defaults.
+var DefaultBounds = Bounds{ChannelEvents: 10000, Attempts: 10000}
+
+func (b Bounds) orDefault() Bounds {
+	if b.ChannelEvents <= 0 {
+		b.ChannelEvents = DefaultBounds.ChannelEvents
+	}
+	if b.Attempts <= 0 {
+		b.Attempts = DefaultBounds.Attempts
+	}
+	return b
+}
+
+// boundsArg is the last argument of every script that appends to a channel or an
+// attempt log: luaPrelude reads the count bounds from it.
+func (s *Store) boundsArg() string {
+	return "bounds:" + strconv.Itoa(s.bounds.ChannelEvents) + ":" + strconv.Itoa(s.bounds.Attempts)
 }
 
 // Options say which Redis holds the state and how many replicas a write must reach.
@@ -42,6 +73,8 @@ type Options struct {
 	// CheckTimeout, when set, tries each command once, dialling for at most this long:
 	// for a check that must answer soon rather than wait for Redis.
 	CheckTimeout time.Duration
+	// Bounds are the count bounds of channels and attempt logs (zero: DefaultBounds).
+	Bounds Bounds
 }
 
 // clusterReload is how old the cluster client's slot map may grow before it reloads it.
@@ -68,7 +101,7 @@ func Connect(o Options) (*Store, error) {
 		if o.CheckTimeout > 0 {
 			opts.MaxRetries, opts.DialerRetries, opts.DialTimeout = -1, 1, o.CheckTimeout
 		}
-		return &Store{rdb: redis.NewClient(opts), minReplicas: o.MinReplicas}, nil
+		return &Store{rdb: redis.NewClient(opts), minReplicas: o.MinReplicas, bounds: o.Bounds.orDefault()}, nil
 	}
 	opts := &redis.ClusterOptions{}
 	if o.URL != "" {
@@ -89,7 +122,7 @@ func Connect(o Options) (*Store, error) {
 		// a master that is gone sends nothing, so reload often (one CLUSTER SLOTS a second).
 		opts.ClusterStateReloadInterval = clusterReload
 	}
-	return &Store{rdb: redis.NewClusterClient(opts), minReplicas: o.MinReplicas}, nil
+	return &Store{rdb: redis.NewClusterClient(opts), minReplicas: o.MinReplicas, bounds: o.Bounds.orDefault()}, nil
 }
 
 // Client is the underlying client, for health checks.
