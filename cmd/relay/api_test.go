@@ -218,6 +218,12 @@ destinations:
 		return strings.Contains(a.body, `relay_queue_depth{account="acct_1",connector="eventbridge",destination="orders-bus"} 0`) &&
 			strings.Contains(a.body, "relay_events_consumed_total")
 	})
+	if a := httpDo(t, "GET", base+"/metrics", ""); a.status != 404 {
+		t.Errorf("/metrics on api.listen: %d, want 404 (it is served on api.metrics_listen only)", a.status)
+	}
+	if a := httpDo(t, "GET", "http://"+metricsListen+"/healthz", ""); a.status != 200 {
+		t.Errorf("/healthz on api.metrics_listen: %d", a.status)
+	}
 
 	// An open subscription, ended only by the shutdown.
 	req, _ := http.NewRequest("GET", base+"/v1/streams/destination:orders-bus/subscribe", nil)
