@@ -74,6 +74,12 @@ func call(t *testing.T, method, url, token string, body string) answer {
 	case token != "":
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return send(t, req)
+}
+
+// send sends req and reads its whole answer.
+func send(t *testing.T, req *http.Request) answer {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

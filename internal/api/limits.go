@@ -112,6 +112,7 @@ type trackedConn struct {
 	elem   *list.Element // in l.waiting, or in its owner's group once authenticated
 	owner  *owner        // nil until a request on it authenticates
 	idle   atomic.Bool   // between requests
+	gone   bool          // closed: a request still in hand on it is counted for no one
 	closed sync.Once
 }
 
@@ -158,6 +159,7 @@ func (c *trackedConn) Close() error {
 		defer c.l.mu.Unlock()
 		c.l.open--
 		c.l.detachLocked(c)
+		c.gone = true
 	})
 	return err
 }
@@ -236,7 +238,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, p principal) *api
 
 func (l *connLimiter) claim(c *trackedConn, o owner) *apiError {
 	l.mu.Lock()
-	if c.owner != nil && *c.owner == o {
+	if c.gone || c.owner != nil && *c.owner == o {
 		l.mu.Unlock()
 		return nil
 	}

@@ -239,13 +239,7 @@ func withHost(t *testing.T, url, host, token string) answer {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, body: b, header: resp.Header}
+	return send(t, req)
 }
 
 func TestARequestNamingAHostNotInAllowedHostsIsRefusedButHealthAnswers(t *testing.T) {
