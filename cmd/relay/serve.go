@@ -174,6 +174,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}
 	// Timeouts, the body bound and the connection caps of api: (see api.HTTPServer).
 	ln = apiSrv.Listener(ln)
+	// Its own cap of max_connections too: no request there carries a token, so past the
+	// cap the oldest connection goes, and a scrape or a probe always gets in.
+	metricsLn = apiSrv.Listener(metricsLn)
 	errorLog := slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn)
 	httpSrv := apiSrv.HTTPServer(errorLog)
 	// Shutdown waits for handlers, and a subscription never ends on its own.
