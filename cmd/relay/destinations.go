@@ -36,13 +36,19 @@ func (f *apiFlags) caller(getenv func(string) string) (*stream.Caller, error) {
 	case tok == "":
 		tok = getenv("RELAY_TOKEN")
 	case strings.HasPrefix(tok, "env:"):
-		tok = getenv(strings.TrimPrefix(tok, "env:"))
+		name := strings.TrimPrefix(tok, "env:")
+		if tok = getenv(name); tok == "" {
+			return nil, fmt.Errorf("--token env:%s: the environment variable %s is not set (or is empty)", name, name)
+		}
 	case strings.HasPrefix(tok, "file:"):
-		b, err := os.ReadFile(strings.TrimPrefix(tok, "file:"))
+		path := strings.TrimPrefix(tok, "file:")
+		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("--token: %w", err)
 		}
-		tok = strings.TrimRight(string(b), "\r\n")
+		if tok = strings.TrimRight(string(b), "\r\n"); tok == "" {
+			return nil, fmt.Errorf("--token file:%s: the file is empty", path)
+		}
 	}
 	if tok == "" {
 		return nil, errors.New("no token: pass --token (env:NAME or file:PATH) or set RELAY_TOKEN")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/mercamap/relay/internal/api"
@@ -58,6 +59,7 @@ api.listen serves the API, the console, /healthz and /readyz, never /metrics.`,
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			log := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+			routeLibraryLogs(log)
 			cfg, err := config.Load(path, e.getenv)
 			if err != nil {
 				return err
@@ -87,6 +89,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
+	// The Go runtime, the process (CPU, memory, open files) and the build's version.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector())
 	tracer, err := tracing.New(cfg.Tracing, cfg.RabbitMQ.Queue)
 	if err != nil {
 		return err
@@ -145,6 +150,11 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Metrics:      dispatch.NewMetrics(reg),
 		Tracer:       dispatchTracer,
 	})
+	// Redis may come up after the relay (a pod restarted beside it): wait for it rather
+	// than exit, since nothing can be stored or delivered without it.
+	if err := waitForRedis(ctx, st, log); err != nil {
+		return err
+	}
 	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
 		return fmt.Errorf("read ExternalIds from redis: %w", err)
 	} else if len(problems) > 0 {
@@ -371,4 +381,37 @@ func failpoint(name string) func() {
 // storeOptions is the store's view of the redis section: one server or a cluster.
 func storeOptions(r config.Redis) store.Options {
 	return store.Options{URL: r.URL, Cluster: r.Cluster, MinReplicas: r.MinReplicas}
+}
+
+// Redis at start: the first wait after a refused PING, the longest, and one PING's bound.
+const (
+	redisWaitFirst = 500 * time.Millisecond
+	redisWaitMax   = 15 * time.Second
+	redisPingLimit = 3 * time.Second
+)
+
+// waitForRedis returns once Redis answers PING, logging each failed try with the wait
+// before the next (doubling up to redisWaitMax); it ends with ctx (SIGTERM while waiting).
+func waitForRedis(ctx context.Context, st *store.Store, log *slog.Logger) error {
+	wait := redisWaitFirst
+	for try := 1; ; try++ {
+		pctx, cancel := context.WithTimeout(ctx, redisPingLimit)
+		err := st.Client().Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			if try > 1 {
+				log.Info("redis answers; the relay starts", "component", "store", "tries", try)
+			}
+			return nil
+		}
+		// go-redis errors name the address, never the password of the URL.
+		log.Warn("redis does not answer; waiting before the next try", "component", "store",
+			"try", try, "retry_in", wait.String(), "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis never answered (%d tries): %w", try, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, redisWaitMax)
+	}
 }

@@ -716,8 +716,9 @@ func TestMetricsShowQueueDepthAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testi
 	down := apitest.New(t, apitest.Options{Broker: func() bool { return false }})
 	a := call(t, "GET", down.URL+"/readyz", "", "")
 	checks, _ := a.json(t)["checks"].(map[string]any)
-	if a.status != 503 || checks["broker"] == "ok" || checks["redis"] != "ok" || checks["config"] != "ok" {
-		t.Errorf("readyz with the broker down: %d %s", a.status, a.body)
+	// The API serves through a broker outage: readiness says so, and stays 200.
+	if a.status != 200 || checks["broker"] == "ok" || checks["redis"] != "ok" || checks["config"] != "ok" {
+		t.Errorf("readyz with the broker down: %d %s (want 200, the broker named)", a.status, a.body)
 	}
 	if a := call(t, "GET", down.URL+"/healthz", "", ""); a.status != 200 {
 		t.Errorf("healthz: %d", a.status)

@@ -193,8 +193,8 @@ type replayAnswer struct {
 	Pending bool   `json:"pending"` // not active: it starts when the destination is activated
 }
 
-// changedCard is the answer to a pause or an activation: the card after the change,
-// and whether a write begun before it was still in flight (it may still land; none
+// changedCard is the answer to a pause or an activation: the card after the change
+// (its lag and replayable_from included), and whether a write begun before it was still in flight (it may still land; none
 // starts after the answer, on any replica).
 type changedCard struct {
 	stream.Card
@@ -231,6 +231,7 @@ func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principa
 		s.fail(w, r, err)
 		return
 	}
+	s.addLag(r.Context(), &card, d) // the same card the GET answers
 	writeJSON(w, http.StatusOK, changedCard{Card: card, WriteInFlight: res.WriteInFlight})
 }
 

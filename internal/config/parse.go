@@ -69,6 +69,27 @@ func defaults() *Config {
 	}
 }
 
+// indentTab finds the first tab in a line's indentation (1-based line and column): the
+// YAML parser's own message for it ("found character that cannot start any token")
+// names neither the tab nor the fix.
+func indentTab(data []byte) (line, col int, ok bool) {
+	line, col = 1, 1
+	indent := true
+	for _, b := range data {
+		switch {
+		case b == '\n':
+			line, col, indent = line+1, 1, true
+			continue
+		case b == '\t' && indent:
+			return line, col, true
+		case b != ' ':
+			indent = false
+		}
+		col++
+	}
+	return 0, 0, false
+}
+
 // parser holds one parse: the walk, the secret readers, and the secret references as
 // written (the Config gets their resolved values).
 type parser struct {
@@ -95,6 +116,10 @@ func (p *parser) parse(data []byte) *Config {
 	c := defaults()
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
+		if line, col, ok := indentTab(data); ok {
+			p.add("", "the file is not valid YAML: line %d, column %d: a tab indents the line; YAML indents with spaces only: replace the tab with spaces", line, col)
+			return c
+		}
 		p.add("", "the file is not valid YAML: %v", err)
 		return c
 	}

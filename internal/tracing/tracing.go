@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -83,6 +84,26 @@ func (t *Tracer) traceparent(ctx context.Context) string {
 	return carrier["traceparent"]
 }
 
+// MaxAttribute bounds a span attribute read from a message's headers (ce-id, ce-type).
+// The signature covers the body, not the headers, and the span starts before the
+// duplicate check: without a bound, a publisher could put a header frame's worth
+// (128 KiB) into every span, held in the export queue and sent to the collector.
+const MaxAttribute = 256
+
+// unsigned makes a header value fit a span attribute: at most MaxAttribute bytes, cut
+// before a rune the cut would split, and valid UTF-8 (OTLP is protobuf, which refuses
+// an invalid string and with it the export of the whole batch: everyone's spans).
+func unsigned(s string) string {
+	if len(s) > MaxAttribute {
+		cut := MaxAttribute
+		for back := 0; back < utf8.UTFMax-1 && !utf8.RuneStart(s[cut]); back++ {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return strings.ToValidUTF8(s, "?") // one byte for each invalid run: the bound holds
+}
+
 // StartConsume starts the span of one verified message, a child of the producer's
 // traceparent when it sent one. It returns the span's own traceparent, which is stored
 // with the event so every destination's write continues the trace, and the function
@@ -94,8 +115,8 @@ func (t *Tracer) StartConsume(traceparent, tracestate, eventID, eventType string
 			semconv.MessagingSystemRabbitMQ,
 			semconv.MessagingOperationTypeProcess,
 			semconv.MessagingDestinationName(t.queue),
-			attribute.String("cloudevents.event_id", eventID),
-			attribute.String("cloudevents.event_type", eventType),
+			attribute.String("cloudevents.event_id", unsigned(eventID)),
+			attribute.String("cloudevents.event_type", unsigned(eventType)),
 		))
 	return t.traceparent(ctx), func(err error) {
 		if err != nil {
@@ -119,7 +140,7 @@ func (t *Tracer) StartWrite(traceparent string, dest destination.Destination, ev
 			attribute.String("relay.destination", dest.ID),
 			attribute.String("relay.connector", string(dest.Connector)),
 			attribute.String("relay.account", dest.Account),
-			attribute.String("cloudevents.event_id", eventID),
+			attribute.String("cloudevents.event_id", unsigned(eventID)),
 		))
 	return func(outcome, message string) {
 		span.SetAttributes(attribute.String("relay.outcome", outcome))
