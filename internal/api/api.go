@@ -111,19 +111,20 @@ func New(opts Options) *Server {
 
 // Handler is the API's HTTP handler, with its body bound and its Host checked. It does
 // not serve /metrics: MetricsHandler does, on the operator listener.
-func (s *Server) Handler() http.Handler { return s.checkHost(s.limitRequests(s.mux)) }
+func (s *Server) Handler() http.Handler { return s.checkHost(s.limitRequests(s.mux), false) }
 
 // MetricsHandler serves the operator listener (api.metrics_listen): GET /metrics, which
 // names every account and destination and takes no token (so the listener must be
 // private), and /healthz and /readyz, so a probe or a scraper may use either port.
-// api.allowed_hosts applies to /metrics here too.
+// api.allowed_hosts applies to /metrics here too, but a Host that is an IP address is
+// always taken (the scraper names pods by address).
 func (s *Server) MetricsHandler() http.Handler {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /healthz", s.healthz)
 	m.HandleFunc("GET /readyz", s.readyz)
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	m.HandleFunc("/", notFound)
-	return s.checkHost(s.limitRequests(m))
+	return s.checkHost(s.limitRequests(m), true)
 }
 
 // Reload takes a new config's tokens, accounts and identity (the destinations come

@@ -56,10 +56,17 @@ func isHealth(r *http.Request) bool { return r.URL.Path == "/healthz" || r.URL.P
 
 // checkHost refuses, before any token is read, a request whose Host is not one of
 // api.allowed_hosts (when set): a page that reaches the API by DNS rebinding names its
-// own host, and reads nothing. The health routes answer whatever the Host.
-func (s *Server) checkHost(next http.Handler) http.Handler {
+// own host, and reads nothing. The health routes answer whatever the Host. With
+// anyIP, a Host that is an IP address is taken too: Prometheus scrapes each pod by its
+// address, and a page can read an answer only through a name it controls (rebinding
+// needs one), never through an address literal.
+func (s *Server) checkHost(next http.Handler, anyIP bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isHealth(r) && !hostAllowed(s.limits.Load().AllowedHosts, r.Host) {
+		if isHealth(r) || anyIP && isIP(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !hostAllowed(s.limits.Load().AllowedHosts, r.Host) {
 			// The Host is not echoed: it is whatever the client chose to send.
 			writeError(w, errForbidden("this relay does not answer for the host this request names (api.allowed_hosts)"))
 			return
@@ -82,6 +89,12 @@ func hostAllowed(allowed []string, host string) bool {
 		}
 	}
 	return false
+}
+
+// isIP reports whether a Host names an IP address (with or without a port).
+func isIP(host string) bool {
+	name, _ := splitHost(host)
+	return net.ParseIP(name) != nil
 }
 
 // splitHost is a Host's name, without brackets or a final dot, and its port ("" when
