@@ -211,6 +211,7 @@ say "the local cloud: kinesalite and bin/sandbox (logs in $PEERS/)"
 need_free kinesalite "$KINESALITE_PORT"
 need_free sandbox "$STS_PORT" "$EVENTS_PORT" "$PUBSUB_PORT" "$SANDBOX_PORT" "$KINESIS_PORT"
 need_free "relay's API" 8080
+need_free "relay's metrics" 9090
 [[ -f $KINESALITE_DIR/node_modules/kinesalite/package.json ]] || die "kinesalite is not in $KINESALITE_DIR (run: scripts/peers.sh install)"
 # The library call binds loopback only (its CLI would bind every interface).
 setsid node -e "require('$KINESALITE_DIR/node_modules/kinesalite')({createStreamMs: 50}).listen($KINESALITE_PORT, '127.0.0.1')" \

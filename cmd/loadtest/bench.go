@@ -365,7 +365,7 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL s
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 256}
 redis: {url: %q}
 signature: {keys: [env:BENCH_HMAC_KEY]}
-api: {listen: "127.0.0.1:0"}
+api: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}

@@ -525,6 +525,7 @@ signature:
   keys: [env:DRILL_HMAC_KEY]
 api:
   listen: "127.0.0.1:0"
+  metrics_listen: "127.0.0.1:0"
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s, kinesis: %s}

@@ -170,6 +170,7 @@ func TestServeReloadsTokensOnSIGHUPAndEndsStreamsOnSIGTERM(t *testing.T) {
 	exchange, queue := "relay-test-api-"+suffix, "relay-test-api-"+suffix
 	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
 	base := "http://" + listen
+	metricsListen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
 	const tokenA, tokenB, tokenC = "token-a-4f9c2e7d1b", "token-b-8a3d6e0c5f", "token-c-2b7e9d4a1c"
 	path := filepath.Join(t.TempDir(), "relay.yaml")
 	writeCfg := func(tokens string) {
@@ -181,6 +182,7 @@ redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
 api:
   listen: %s
+  metrics_listen: %s
   tokens:
 %s
 accounts:
@@ -191,7 +193,7 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: arn:aws:iam::111122223333:role/mercamap-delivery
-`, amqpURL, exchange, queue, redisURL, listen, tokens)
+`, amqpURL, exchange, queue, redisURL, listen, metricsListen, tokens)
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -212,10 +214,16 @@ destinations:
 		t.Errorf("healthz: %d", a.status)
 	}
 	waitUntil(t, 30*time.Second, "the queue depth gauge of the leased destination", func() bool {
-		a := httpDo(t, "GET", base+"/metrics", "")
+		a := httpDo(t, "GET", "http://"+metricsListen+"/metrics", "")
 		return strings.Contains(a.body, `relay_queue_depth{account="acct_1",connector="eventbridge",destination="orders-bus"} 0`) &&
 			strings.Contains(a.body, "relay_events_consumed_total")
 	})
+	if a := httpDo(t, "GET", base+"/metrics", ""); a.status != 404 {
+		t.Errorf("/metrics on api.listen: %d, want 404 (it is served on api.metrics_listen only)", a.status)
+	}
+	if a := httpDo(t, "GET", "http://"+metricsListen+"/healthz", ""); a.status != 200 {
+		t.Errorf("/healthz on api.metrics_listen: %d", a.status)
+	}
 
 	// An open subscription, ended only by the shutdown.
 	req, _ := http.NewRequest("GET", base+"/v1/streams/destination:orders-bus/subscribe", nil)

@@ -283,6 +283,7 @@ redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
 api:
   listen: "%s"
+  metrics_listen: 127.0.0.1:0
   tokens:
     - {scope: admin, token: env:T_ADMIN}
     - {scope: "account:acct_1", token: env:T_ACCT1}

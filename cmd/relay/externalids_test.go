@@ -68,6 +68,7 @@ redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
 api:
   listen: %s
+  metrics_listen: 127.0.0.1:0
   tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}]
 aws:
   endpoints: {sts: %s, events: %s}
@@ -263,7 +264,7 @@ identity: %s
 rabbitmq: {url: "amqp://guest:guest@127.0.0.1:5672/", exchange: fetcher.job.events}
 redis: {url: "%s"}
 signature: {keys: [env:HMAC]}
-api: {listen: "127.0.0.1:0"}
+api: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"}
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
 destinations:

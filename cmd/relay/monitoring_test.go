@@ -23,12 +23,13 @@ import (
 // observedRelay is one relay serving one EventBridge destination on local STS and
 // EventBridge servers, with its own exchange and queue.
 type observedRelay struct {
-	listen   string
-	exchange string
-	ch       *amqp.Channel // confirms on
-	key      []byte
-	bus      *awstest.EventBridge
-	logs     *syncBuffer
+	listen        string
+	metricsListen string // api.metrics_listen: /metrics
+	exchange      string
+	ch            *amqp.Channel // confirms on
+	key           []byte
+	bus           *awstest.EventBridge
+	logs          *syncBuffer
 }
 
 // startObservedRelay starts it; extra is appended to the config (a tracing: section).
@@ -39,7 +40,7 @@ func startObservedRelay(t *testing.T, extra string) *observedRelay {
 	bus.RequireSessionFrom(sts)
 	const roleARN = "arn:aws:iam::111122223333:role/relay-delivery"
 	suffix := fmt.Sprint(time.Now().UnixNano())
-	r := &observedRelay{listen: fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t)),
+	r := &observedRelay{listen: fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t)), metricsListen: fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t)),
 		exchange: "relay-test-observe-" + suffix, bus: bus}
 	queue := r.exchange
 	r.key, _ = hex.DecodeString(testKeyHex)
@@ -49,7 +50,7 @@ identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/re
 rabbitmq: {url: %s, exchange: %s, queue: %s}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: "%s"}
+api: {listen: "%s", metrics_listen: "%s"}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
@@ -63,7 +64,7 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: %s
-%s`, amqpURL, r.exchange, queue, redisURL, r.listen, sts.URL, bus.URL, roleARN, extra)), 0o600); err != nil {
+%s`, amqpURL, r.exchange, queue, redisURL, r.listen, r.metricsListen, sts.URL, bus.URL, roleARN, extra)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := buildRelay(t)
@@ -195,7 +196,7 @@ func TestDashboardAndAlertQueriesNameOnlyMetricsARunningRelayExports(t *testing.
 	want = slices.Compact(want)
 	var missing []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		have := exported(metrics(r.listen))
+		have := exported(metrics(r.metricsListen))
 		missing = missing[:0]
 		for _, name := range want {
 			if !have[name] {

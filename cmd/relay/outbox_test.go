@@ -53,13 +53,14 @@ func TestDisableWhileTheBrokerIsDownReachesTheMailerOnceAfterARestart(t *testing
 	bin := buildRelay(t)
 	const exchange, queue, operatorExchange = "fetcher.job.events", "relay.job-events", "relay.operator.events"
 	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
+	metricsListen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
 	cfg := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay"}
 rabbitmq: {url: %s, exchange: %s, queue: %s}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: %s}
+api: {listen: %s, metrics_listen: %s}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
@@ -76,7 +77,7 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: arn:aws:iam::111122223333:role/relay-delivery
-`, amqpURL, exchange, queue, redisURL, listen, sts.URL, bus.URL, operatorExchange)), 0o600); err != nil {
+`, amqpURL, exchange, queue, redisURL, listen, metricsListen, sts.URL, bus.URL, operatorExchange)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"AWS_ACCESS_KEY_ID=AKIDRELAYTEST", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true"}
@@ -150,7 +151,7 @@ destinations:
 	_, logsB, exitedB := startWatchedRelay(t, bin, cfg, env...)
 	waitUntil(t, 30*time.Second, "relay B's API", func() bool { return get(listen, "/healthz") == http.StatusOK })
 	waitUntil(t, 30*time.Second, "relay B reporting the waiting operator event", func() bool {
-		return strings.Contains(metrics(listen), "relay_operator_events_pending 1")
+		return strings.Contains(metrics(metricsListen), "relay_operator_events_pending 1")
 	})
 	assertServing(t, listen, exitedB, logsB)
 
@@ -221,8 +222,8 @@ func get(listen, path string) int {
 	return resp.StatusCode
 }
 
-func metrics(listen string) string {
-	resp, err := http.Get("http://" + listen + "/metrics")
+func metrics(metricsListen string) string {
+	resp, err := http.Get("http://" + metricsListen + "/metrics")
 	if err != nil {
 		return ""
 	}

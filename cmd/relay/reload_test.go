@@ -66,7 +66,7 @@ identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/re
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: "127.0.0.1:0"}
+api: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}

@@ -28,7 +28,7 @@ import (
 
 // replicaSet is n `relay serve` processes sharing one broker queue, one Redis and one
 // EventBridge destination behind an STS that enforces the destination's ExternalId.
-// Each has its own API port, so the test can read each one's /metrics from outside.
+// Each has its own API and metrics ports, so the test can read each one's /metrics from outside.
 type replicaSet struct {
 	t                  *testing.T
 	exchange, queue    string
@@ -36,6 +36,7 @@ type replicaSet struct {
 	bus                *awstest.EventBridge
 	procs              []*exec.Cmd
 	apis               []string // http://127.0.0.1:port of each process
+	metrics            []string // and of its operator listener (/metrics)
 	logs               []*syncBuffer
 	ch                 *amqp.Channel // the test's publisher, with confirms
 	key                []byte
@@ -64,6 +65,7 @@ func startReplicas(t *testing.T, n int) *replicaSet {
 	_, rs.ch = brokerChannel(t, amqpURL, rs.queue)
 	for range n {
 		listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
+		metricsListen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
 		cfg := filepath.Join(t.TempDir(), "relay.yaml")
 		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 identity:
@@ -72,7 +74,7 @@ identity:
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}, {scope: "account:acct_1", token: env:TEST_ACCT_TOKEN}]}
+api: {listen: "%s", metrics_listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}, {scope: "account:acct_1", token: env:TEST_ACCT_TOKEN}]}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
@@ -88,11 +90,12 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: %s
-`, amqpURL, rs.exchange, rs.queue, redisURL, listen, sts.URL, bus.URL, roleARN)), 0o600); err != nil {
+`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, sts.URL, bus.URL, roleARN)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)
 		rs.procs, rs.apis, rs.logs = append(rs.procs, cmd), append(rs.apis, "http://"+listen), append(rs.logs, logs)
+		rs.metrics = append(rs.metrics, "http://"+metricsListen)
 	}
 
 	sts.RequireExternalID(roleARN, issuedExternalID(t, redisURL, "acct_1", "orders-bus"))
@@ -151,7 +154,7 @@ func (rs *replicaSet) confirmedIDs() []string {
 
 // consumed reads relay_events_consumed_total off process i's /metrics (-1: no answer).
 func (rs *replicaSet) consumed(i int) int {
-	resp, err := http.Get(rs.apis[i] + "/metrics")
+	resp, err := http.Get(rs.metrics[i] + "/metrics")
 	if err != nil {
 		return -1
 	}

@@ -40,6 +40,7 @@ redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
 api:
   listen: %s
+  metrics_listen: 127.0.0.1:0
   tokens: [{scope: admin, token: "file:%s"}]
 accounts: [{id: acct_1, tenants: [single-tenant]}]
 `, amqpURL, suffix, suffix, redisURL, listen, ref)

@@ -48,8 +48,10 @@ only in Redis is named in a warning (pin it: see relay external-ids). It runs un
 SIGINT or SIGTERM, when it finishes the messages and writes in hand, ends API streams
 and exits.
 
-/healthz, /readyz and /metrics answer without a token: bind api.listen to a private
-interface.`,
+/metrics answers on its own listener, api.metrics_listen (default 127.0.0.1:9090), with
+/healthz and /readyz; none takes a token, and /metrics names every account and
+destination: keep that listener private (only the scraper and the probes reach it).
+api.listen serves the API, the console, /healthz and /readyz, never /metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
@@ -181,19 +183,30 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	if err != nil {
 		return fmt.Errorf("api.listen: %w", err)
 	}
-	// Timeouts, the body bound and the connection cap of api: (see api.HTTPServer).
+	// /metrics names every account: it has its own listener, kept private.
+	metricsLn, err := net.Listen("tcp", cfg.API.MetricsListen)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("api.metrics_listen: %w", err)
+	}
+	// Timeouts, the body bound and the connection caps of api: (see api.HTTPServer).
 	ln = apiSrv.Listener(ln)
-	httpSrv := apiSrv.HTTPServer(slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn))
+	// Its own cap of max_connections too: no request there carries a token, so past the
+	// cap the oldest connection goes, and a scrape or a probe always gets in.
+	metricsLn = apiSrv.Listener(metricsLn)
+	errorLog := slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn)
+	httpSrv := apiSrv.HTTPServer(errorLog)
 	// Shutdown waits for handlers, and a subscription never ends on its own.
 	httpSrv.RegisterOnShutdown(apiSrv.CloseStreams)
+	metricsSrv := apiSrv.MetricsHTTPServer(errorLog)
 
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
-		"api", ln.Addr().String())
+		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
 	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
 		current: cfg, store: st}
 	var wg sync.WaitGroup
 	var ingestErr error
-	wg.Add(6)
+	wg.Add(7)
 	go func() {
 		defer wg.Done()
 		if ingestErr = consumer.Run(ctx); ingestErr != nil {
@@ -211,9 +224,16 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}()
 	go func() {
 		defer wg.Done()
+		if err := metricsSrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "error", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), apiShutdownTimeout)
 		defer cancel()
+		_ = metricsSrv.Close() // a scrape needs no draining
 		if err := httpSrv.Shutdown(sctx); err != nil {
 			log.Warn("api requests still running at shutdown; closing them", "error", err)
 			_ = httpSrv.Close()
@@ -321,7 +341,8 @@ func restartOnly(old, next *config.Config) []string {
 	check("signature", old.Signature, next.Signature)
 	check("dedup_window", old.DedupWindow, next.DedupWindow)
 	check("api.listen", old.API.Listen, next.API.Listen)
-	check("api timeouts, max_body_bytes and max_connections", old.API.HTTP, next.API.HTTP)
+	check("api.metrics_listen", old.API.MetricsListen, next.API.MetricsListen)
+	check("api timeouts, max_body_bytes and the connection and request caps", old.API.HTTP, next.API.HTTP)
 	check("aws", old.AWS, next.AWS)
 	check("gcp", old.GCP, next.GCP)
 	check("delivery", old.Delivery, next.Delivery)

@@ -48,6 +48,7 @@ signature:
   keys: [env:TEST_HMAC_KEY]
 api:
   listen: 127.0.0.1:0   # any free port: tests run relays side by side
+  metrics_listen: 127.0.0.1:0
 accounts:
   - id: acct_1
     tenants: [single-tenant]

@@ -26,7 +26,7 @@ func TestARelayStartedBeforeRedisWaitsAndServesOnceRedisComesUp(t *testing.T) {
 rabbitmq: {url: %s, exchange: relay-test-start-%s, queue: relay-test-start-%s}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: %s}
+api: {listen: %s, metrics_listen: 127.0.0.1:0}
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
 `, amqpURL, suffix, suffix, rd.URL(), listen)

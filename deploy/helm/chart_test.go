@@ -199,7 +199,11 @@ func TestChartProbeAndMetricsPathsAnswerOnTheRelay(t *testing.T) {
 	}
 	rig := apitest.New(t, apitest.Options{})
 	for what, path := range paths {
-		resp, err := http.Get(rig.URL + path)
+		base := rig.URL
+		if what == "servicemonitor" {
+			base = rig.MetricsURL // /metrics is on api.metrics_listen only
+		}
+		resp, err := http.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
 		}

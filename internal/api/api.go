@@ -1,6 +1,7 @@
 // Package api serves the operator HTTP API: destination cards and actions, the
-// channels' snapshot, replay and SSE routes, health, readiness and metrics, behind
-// bearer tokens scoped admin or account:<id>. It never logs or echoes a token, and it
+// channels' snapshot, replay and SSE routes, health and readiness, behind bearer tokens
+// scoped admin or account:<id>, each token and account within its share of
+// connections and requests; and, on a separate operator listener, /metrics. It never logs or echoes a token, and it
 // never changes state except through the dispatcher.
 package api
 
@@ -71,7 +72,8 @@ type Server struct {
 	limits   atomic.Pointer[config.API]      // subscription caps and action rates; Reload replaces them
 	mux      *http.ServeMux
 
-	httpLimits config.HTTPLimits // timeouts, body and connection caps: read once in New
+	httpLimits config.HTTPLimits // timeouts, body, connection and request caps: read once in New
+	requests   requests          // requests in progress per token and account
 	shed       func()            // counts a connection closed to make room
 	actions    ratelimit.Buckets // actions, replays and tests per destination and per account (ratelimit.go)
 	ping       pinger            // /readyz's PING: one at a time, waited for a bounded time
@@ -95,7 +97,7 @@ func New(opts Options) *Server {
 		perToken: map[[32]byte]int{}, perAccount: map[string]int{}, httpLimits: httpLimitsOf(opts.Config), shed: func() {}}
 	if opts.Registerer != nil {
 		shed := prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_api_connections_shed_total",
-			Help: "API connections closed because api.max_connections were open: the oldest one without a token, or the new one when all had one."})
+			Help: "API connections closed to make room: the oldest one without a token past api.max_connections, or one of the largest holder's when the authenticated ones filled their part."})
 		opts.Registerer.MustRegister(shed)
 		s.shed = shed.Inc
 	}
@@ -108,8 +110,23 @@ func New(opts Options) *Server {
 	return s
 }
 
-// Handler is the API's HTTP handler, with its body bound.
-func (s *Server) Handler() http.Handler { return s.limitRequests(s.mux) }
+// Handler is the API's HTTP handler, with its body bound and its Host checked. It does
+// not serve /metrics: MetricsHandler does, on the operator listener.
+func (s *Server) Handler() http.Handler { return s.checkHost(s.limitRequests(s.mux), false) }
+
+// MetricsHandler serves the operator listener (api.metrics_listen): GET /metrics, which
+// names every account and destination and takes no token (so the listener must be
+// private), and /healthz and /readyz, so a probe or a scraper may use either port.
+// api.allowed_hosts applies to /metrics here too, but a Host that is an IP address is
+// always taken (the scraper names pods by address).
+func (s *Server) MetricsHandler() http.Handler {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /healthz", s.healthz)
+	m.HandleFunc("GET /readyz", s.readyz)
+	m.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	m.HandleFunc("/", notFound)
+	return s.checkHost(s.limitRequests(m), true)
+}
 
 // Reload takes a new config's tokens, accounts and identity (the destinations come
 // through the dispatcher, which the caller reloads first), and closes every open
@@ -139,9 +156,8 @@ func (s *Server) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /healthz", s.healthz)
 	m.HandleFunc("GET /readyz", s.readyz)
-	// No token on /metrics (nor on the health checks): bind api.listen to a private
-	// interface. Scrapers and probes should not need a secret.
-	m.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	// No token on the health checks: probes should not need a secret. /metrics is on
+	// the operator listener only (MetricsHandler).
 
 	m.HandleFunc("GET /v1/connectors", s.authed(s.listConnectors))
 	m.HandleFunc("GET /v1/connectors/{connector}/destinations", s.authed(s.listDestinations))
@@ -156,29 +172,53 @@ func (s *Server) routes() {
 
 	m.HandleFunc("GET /v1/streams/{channel}/snapshot", s.authed(s.snapshot))
 	m.HandleFunc("GET /v1/streams/{channel}/events", s.authed(s.events))
-	m.HandleFunc("GET /v1/streams/{channel}/subscribe", s.authed(s.subscribe))
-	m.HandleFunc("GET /v1/streams/subscribe", s.authed(s.subscribeMany))
+	// A live subscription is not a request in progress: it has its own caps.
+	m.HandleFunc("GET /v1/streams/{channel}/subscribe", s.authedStream(s.subscribe))
+	m.HandleFunc("GET /v1/streams/subscribe", s.authedStream(s.subscribeMany))
 
 	m.HandleFunc("GET /v1/whoami", s.authed(s.whoami))
 	if s.opts.Console != nil {
 		s.consoleRoutes(m)
 	}
 
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errNotFound("no such route: "+r.Method+" "+r.URL.Path))
-	})
+	m.HandleFunc("/", notFound)
 	s.mux = m
 }
 
-// authed checks the bearer token before h runs.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, errNotFound("no such route: "+r.Method+" "+r.URL.Path))
+}
+
+// authed checks the bearer token before h runs, counts the connection for it, and
+// holds one of its places for requests in progress while h runs.
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+	return s.guard(h, true)
+}
+
+// authedStream is authed for a live subscription, which takes no place for requests
+// in progress (subscriptions_per_token and _per_account bound them).
+func (s *Server) authedStream(h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+	return s.guard(h, false)
+}
+
+func (s *Server) guard(h func(http.ResponseWriter, *http.Request, principal), counted bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, e := s.tokens.authenticate(r)
+		if e == nil {
+			e = s.claim(w, r, p)
+		}
 		if e != nil {
 			writeError(w, e)
 			return
 		}
-		authenticated(r)
+		if counted {
+			end, e := s.begin(p)
+			if e != nil {
+				writeError(w, e)
+				return
+			}
+			defer end()
+		}
 		h(w, r, p)
 	}
 }

@@ -74,6 +74,12 @@ func call(t *testing.T, method, url, token string, body string) answer {
 	case token != "":
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return send(t, req)
+}
+
+// send sends req and reads its whole answer.
+func send(t *testing.T, req *http.Request) answer {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +152,7 @@ func TestEveryRouteAnswersEachScopeAndErrorAsTheContractSays(t *testing.T) {
 		{"unknown route", "GET", "/v2/whatever", admin, "", 404, "NOT_FOUND"},
 		{"healthz needs no token", "GET", "/healthz", "", "", 200, ""},
 		{"readyz needs no token", "GET", "/readyz", "", "", 200, ""},
-		{"metrics needs no token", "GET", "/metrics", "", "", 200, ""},
+		{"no metrics on the API listener", "GET", "/metrics", "", "", 404, "NOT_FOUND"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -696,7 +702,7 @@ func TestMetricsShowQueueDepthAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testi
 	})
 	var body string
 	apitest.WaitFor(t, 10*time.Second, "queue depth on /metrics", func() bool {
-		body = string(call(t, "GET", r.URL+"/metrics", "", "").body)
+		body = string(call(t, "GET", r.MetricsURL+"/metrics", "", "").body)
 		return strings.Contains(body, `relay_queue_depth{account="acct_1",connector="eventbridge",destination="orders-bus"} 5`) &&
 			strings.Contains(body, `relay_queue_depth{account="acct_1",connector="kinesis",destination="orders-stream"} 0`)
 	})

@@ -291,6 +291,12 @@ func (p *parser) checkAPI(api *API, accountIDs map[string]bool) {
 	if _, port, err := net.SplitHostPort(api.Listen); err != nil || !validPort(port) {
 		p.add("api.listen", "%q must be host:port, like 127.0.0.1:8080 or :8080", api.Listen)
 	}
+	p.checkMetricsListen(api)
+	for i, h := range api.AllowedHosts {
+		if !validHost(h) {
+			p.add(index("api.allowed_hosts", i), "%q must be a host name, or host:port, like relay.example.com or relay:8080", h)
+		}
+	}
 	p.checkAPILimits(api)
 	var tokens []string
 	var tokenPaths []string
@@ -328,6 +334,56 @@ func (p *parser) checkAPI(api *API, accountIDs map[string]bool) {
 	}
 }
 
+// checkMetricsListen: /metrics takes no token, so it needs its own address, never the
+// API's (port 0, any free port, gives each its own).
+func (p *parser) checkMetricsListen(api *API) {
+	_, port, err := net.SplitHostPort(api.MetricsListen)
+	switch {
+	case api.MetricsListen == "":
+		p.add("api.metrics_listen", "is required: the private host:port of /metrics, /healthz and /readyz, like %s", DefaultMetricsListen)
+	case err != nil || !validPort(port):
+		p.add("api.metrics_listen", "%q must be host:port, like %s or :9090", api.MetricsListen, DefaultMetricsListen)
+	case port != "0" && sameAddress(api.MetricsListen, api.Listen):
+		p.add("api.metrics_listen", "%q is api.listen's address: /metrics names every account and must not be on the API's listener", api.MetricsListen)
+	}
+}
+
+// sameAddress reports whether two host:port addresses name one port on one interface
+// (an empty host is every interface, so it overlaps any host on its port).
+func sameAddress(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb {
+		return false
+	}
+	return ha == "" || hb == "" || ha == "0.0.0.0" || hb == "0.0.0.0" || ha == "::" || hb == "::" || strings.EqualFold(ha, hb)
+}
+
+// validHost is a Host header value an operator may list: a name or an address, with an
+// optional port, and nothing else (no scheme, path or space).
+func validHost(h string) bool {
+	host := h
+	if hh, port, err := net.SplitHostPort(h); err == nil {
+		if !validPort(port) || port == "0" {
+			return false
+		}
+		host = hh
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(host, "]"), "["), ".")
+	if host == "" {
+		return false
+	}
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	for _, r := range host {
+		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *parser) checkAPILimits(api *API) {
 	h := api.HTTP
 	if h.ReadTimeout < h.ReadHeaderTimeout {
@@ -339,6 +395,7 @@ func (p *parser) checkAPILimits(api *API) {
 	if h.MaxConnections < minConnections {
 		p.add("api.max_connections", "must be at least %d: the health checks, scrapers and every subscription each hold one", minConnections)
 	}
+	p.checkShares(api)
 	if api.SubscriptionsPerToken < 1 {
 		p.add("api.subscriptions_per_token", "must be at least 1")
 	}
@@ -391,6 +448,38 @@ func (p *parser) checkAWS(aws *AWS) {
 
 // minKept is the least count bound of a channel or an attempt log.
 const minKept = 500
+
+// checkShares checks what one token and one account may hold of the API: each below
+// the whole, so another account and the probes always find room.
+func (p *parser) checkShares(api *API) {
+	h := api.HTTP
+	if h.HealthConnections < 1 || h.HealthConnections > h.MaxConnections/4 {
+		p.add("api.health_connections", "%d must be from 1 to a quarter of api.max_connections (%d): the places kept for the probes", h.HealthConnections, h.MaxConnections)
+	}
+	if h.MaxConnectionsPerToken < 1 {
+		p.add("api.max_connections_per_token", "must be at least 1")
+	}
+	if h.MaxConnectionsPerAccount < h.MaxConnectionsPerToken {
+		p.add("api.max_connections_per_account", "%d is fewer than api.max_connections_per_token (%d)", h.MaxConnectionsPerAccount, h.MaxConnectionsPerToken)
+	}
+	if h.MaxConnectionsPerAccount >= h.MaxConnections-h.HealthConnections {
+		p.add("api.max_connections_per_account", "%d must be fewer than api.max_connections less api.health_connections (%d): one account must not hold every connection", h.MaxConnectionsPerAccount, h.MaxConnections-h.HealthConnections)
+	}
+	if h.MaxRequestsPerToken < 1 {
+		p.add("api.max_requests_per_token", "must be at least 1")
+	}
+	if h.MaxRequestsPerAccount < h.MaxRequestsPerToken {
+		p.add("api.max_requests_per_account", "%d is fewer than api.max_requests_per_token (%d)", h.MaxRequestsPerAccount, h.MaxRequestsPerToken)
+	}
+	// A live subscription holds a connection: a subscription cap above the connection
+	// cap would never be reached.
+	if api.SubscriptionsPerToken > h.MaxConnectionsPerToken {
+		p.add("api.subscriptions_per_token", "%d is more than api.max_connections_per_token (%d): each subscription holds a connection", api.SubscriptionsPerToken, h.MaxConnectionsPerToken)
+	}
+	if api.SubscriptionsPerAccount > h.MaxConnectionsPerAccount {
+		p.add("api.subscriptions_per_account", "%d is more than api.max_connections_per_account (%d): each subscription holds a connection", api.SubscriptionsPerAccount, h.MaxConnectionsPerAccount)
+	}
+}
 
 // minConnections is the least api.max_connections: room for probes, scrapers and a few
 // subscriptions.

@@ -110,8 +110,16 @@ func (s Signature) GoString() string { return "config.Signature" + s.String() }
 // API is the operator HTTP API and what one client may hold of it.
 type API struct {
 	Listen string
-	Tokens []Token
-	HTTP   HTTPLimits // read once at start
+	// MetricsListen is the operator listener: GET /metrics (which names every account
+	// and destination, and takes no token), /healthz and /readyz. Keep it private:
+	// only the scraper and the probes reach it. Read once at start.
+	MetricsListen string
+	// AllowedHosts, when not empty, are the Host names (host, or host:port) the API
+	// answers; a request naming another Host is refused before its token is read, the
+	// health routes excepted, so a page reached through DNS rebinding reads nothing.
+	AllowedHosts []string
+	Tokens       []Token
+	HTTP         HTTPLimits // read once at start
 	// Open live subscriptions (per replica): per token, and per account over all of the
 	// account's tokens. Past either, a subscription answers 429 RESOURCE_EXHAUSTED.
 	SubscriptionsPerToken   int
@@ -139,6 +147,18 @@ type HTTPLimits struct {
 	IdleTimeout       time.Duration // a keep-alive connection between requests
 	MaxBodyBytes      int64         // a request body larger than this is refused
 	MaxConnections    int           // past it, the oldest connection that never authenticated is closed
+	// HealthConnections of MaxConnections are never given to authenticated
+	// connections: a probe, a scraper or a new client always finds a place.
+	HealthConnections int
+	// Open connections one token, and one account over all its tokens, may hold: a
+	// connection counts for the token that last authenticated on it. Past the cap a
+	// request answers 429 RESOURCE_EXHAUSTED and its connection is closed.
+	MaxConnectionsPerToken   int
+	MaxConnectionsPerAccount int
+	// Requests in progress at once per token and per account (live subscriptions are
+	// not counted here: they have their own caps). Past the cap: 429.
+	MaxRequestsPerToken   int
+	MaxRequestsPerAccount int
 }
 
 // Rate is Count events per Per, in a bucket that refills evenly over Per.

@@ -15,6 +15,7 @@ const (
 	DefaultPrefetch               = 256
 	MaxPartitions                 = 64
 	DefaultListen                 = "127.0.0.1:8080"
+	DefaultMetricsListen          = "127.0.0.1:9090"
 	DefaultAWSRegion              = "us-east-1"
 	DefaultOperatorEventsExchange = "relay.operator.events"
 	QuarantineSuffix              = ".quarantine"
@@ -31,9 +32,14 @@ func DefaultQuarantine() Quarantine {
 // DefaultAPI is the api: section's defaults, listen included.
 func DefaultAPI() API {
 	return API{
-		Listen: DefaultListen,
+		Listen:        DefaultListen,
+		MetricsListen: DefaultMetricsListen,
+		// One account may hold an eighth of the connections and one token a sixteenth
+		// (docs/operator-guide.md says why): eight accounts at their cap still leave
+		// room, and past the cap the largest holder is the one cut.
 		HTTP: HTTPLimits{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-			IdleTimeout: 2 * time.Minute, MaxBodyBytes: 64 << 10, MaxConnections: 4096},
+			IdleTimeout: 2 * time.Minute, MaxBodyBytes: 64 << 10, MaxConnections: 4096, HealthConnections: 16,
+			MaxConnectionsPerToken: 256, MaxConnectionsPerAccount: 512, MaxRequestsPerToken: 64, MaxRequestsPerAccount: 128},
 		SubscriptionsPerToken:   50,
 		SubscriptionsPerAccount: 200,
 		TestsPerDestination:     Rate{Count: 6, Per: time.Minute},
@@ -217,6 +223,16 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"actions_per_account":       func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ActionsPerAccount) },
 				"replays_per_destination":   func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ReplaysPerDestination) },
 				"replays_per_account":       func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ReplaysPerAccount) },
+
+				// The operator listener, the Host check, and what one client may hold.
+				"metrics_listen":              func(v *yaml.Node, path string) { w.str(v, path, &c.API.MetricsListen) },
+				"allowed_hosts":               func(v *yaml.Node, path string) { w.strs(v, path, &c.API.AllowedHosts) },
+				"health_connections":          func(v *yaml.Node, path string) { w.integer(v, path, &c.API.HTTP.HealthConnections) },
+				"max_connections_per_token":   func(v *yaml.Node, path string) { w.integer(v, path, &c.API.HTTP.MaxConnectionsPerToken) },
+				"max_connections_per_account": func(v *yaml.Node, path string) { w.integer(v, path, &c.API.HTTP.MaxConnectionsPerAccount) },
+				"max_requests_per_token":      func(v *yaml.Node, path string) { w.integer(v, path, &c.API.HTTP.MaxRequestsPerToken) },
+				"max_requests_per_account":    func(v *yaml.Node, path string) { w.integer(v, path, &c.API.HTTP.MaxRequestsPerAccount) },
+
 				"tokens": func(v *yaml.Node, path string) {
 					c.API.Tokens = []Token{}
 					w.list(v, path, func(v *yaml.Node, path string) {

@@ -128,7 +128,7 @@ func (s *Sink) Delivered(dest string) []string {
 type Options struct {
 	Stream stream.Options // KeepAlive, BroadcastLimit, Poll, Drop; the rest is filled in
 	// Registry, when set, gets the dispatch metrics and the queue-depth collector, and
-	// is what /metrics shows.
+	// is what /metrics (on MetricsURL) shows.
 	Registry *prometheus.Registry
 	Broker   func() bool // readiness of the broker (nil: always connected)
 	// Config, when set, changes the rig's config before anything uses it (the api:
@@ -149,6 +149,9 @@ type Rig struct {
 	API        *api.Server
 	HTTP       *httptest.Server
 	URL        string
+	// MetricsURL is the operator listener's (api.metrics_listen): /metrics, /healthz,
+	// /readyz.
+	MetricsURL string
 
 	nextJob int
 }
@@ -207,12 +210,17 @@ func New(t testing.TB, opts Options) *Rig {
 	hs.Config = srv.HTTPServer(nil)
 	hs.Listener = srv.Listener(hs.Listener)
 	hs.Start()
+	ms := httptest.NewUnstartedServer(nil)
+	ms.Config = srv.MetricsHTTPServer(nil)
+	ms.Start()
 	t.Cleanup(func() {
 		srv.CloseStreams() // SSE handlers end, so Close does not wait on them
 		hs.CloseClientConnections()
 		hs.Close()
+		ms.Close()
 	})
-	return &Rig{T: t, Store: st, Sink: sink, Dispatcher: disp, Streams: streams, API: srv, HTTP: hs, URL: hs.URL}
+	return &Rig{T: t, Store: st, Sink: sink, Dispatcher: disp, Streams: streams, API: srv, HTTP: hs, URL: hs.URL,
+		MetricsURL: ms.URL}
 }
 
 // Start runs the dispatcher until the test ends.
