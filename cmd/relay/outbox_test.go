@@ -64,6 +64,10 @@ api: {listen: %s, metrics_listen: %s}
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s}
+  # 20 refused sessions in a row, quickly: the default budget and backoff (the defence
+  # against one role spending our STS rate) would make them take minutes.
+  sts_budget: {per_destination: {count: 1000, per: 1m}, per_account: {count: 5000, per: 1m}}
+  session_backoff: {initial: 1ms, max: 10ms}
 delivery:
   not_taken_backoff: {initial: 10ms, max: 100ms}
   setup_check: {initial: 20ms, max: 200ms}  # a pending destination is checked again soon
