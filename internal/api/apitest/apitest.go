@@ -20,6 +20,7 @@ import (
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/lag"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 	"github.com/mercamap/relay/internal/testpeer"
@@ -127,7 +128,7 @@ func (s *Sink) Delivered(dest string) []string {
 // Options change a rig.
 type Options struct {
 	Stream stream.Options // KeepAlive, BroadcastLimit, Poll, Drop; the rest is filled in
-	// Registry, when set, gets the dispatch metrics and the queue-depth collector, and
+	// Registry, when set, gets the dispatch metrics and the lag sampler, and
 	// is what /metrics shows.
 	Registry *prometheus.Registry
 	Broker   func() bool // readiness of the broker (nil: always connected)
@@ -177,7 +178,8 @@ func New(t testing.TB, opts Options) *Rig {
 		Sinks:        map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
 	})
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(api.NewQueueDepth(st, disp.Held))
+		// Interval 1ns: each scrape samples afresh, so a test sees the lag at once.
+		opts.Registry.MustRegister(lag.New(lag.Options{Store: st, Held: disp.Held, Interval: time.Nanosecond}))
 	}
 	broker := opts.Broker
 	if broker == nil {
