@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http/httptest"
 	"slices"
@@ -132,6 +133,12 @@ type Options struct {
 	// is what /metrics shows.
 	Registry *prometheus.Registry
 	Broker   func() bool // readiness of the broker (nil: always connected)
+	// Sinks, when set, replace the rig's Sink for those connectors (a real sink on the
+	// awstest servers, say).
+	Sinks map[destination.Connector]dispatch.Sink
+	// LagInterval is the lag sampler's (lag.Options.Interval; 0: its default). A test
+	// that reads the lag off /metrics as it changes sets a short one.
+	LagInterval time.Duration
 	// Config, when set, changes the rig's config before anything uses it (the api:
 	// limits, say).
 	Config func(*config.Config)
@@ -172,14 +179,14 @@ func New(t testing.TB, opts Options) *Rig {
 	if opts.Registry != nil {
 		metrics, gatherer = dispatch.NewMetrics(opts.Registry), opts.Registry
 	}
+	sinks := map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink}
+	maps.Copy(sinks, opts.Sinks)
 	disp := dispatch.New(dispatch.Options{
 		Store: st, Delivery: cfg.Delivery, Accounts: cfg.Accounts, Poll: 20 * time.Millisecond, Metrics: metrics,
-		LogRetention: LogRetention,
-		Sinks:        map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
+		LogRetention: LogRetention, Sinks: sinks,
 	})
 	if opts.Registry != nil {
-		// Interval 1ns: each scrape samples afresh, so a test sees the lag at once.
-		opts.Registry.MustRegister(lag.New(lag.Options{Store: st, Held: disp.Held, Interval: time.Nanosecond}))
+		opts.Registry.MustRegister(lag.New(lag.Options{Store: st, Held: disp.Held, Interval: opts.LagInterval}))
 	}
 	broker := opts.Broker
 	if broker == nil {
