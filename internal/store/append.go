@@ -78,15 +78,14 @@ func (a Appended) Duplicate() bool {
 // except in the last call, the event's seen key. ARGV[1] is the dedup TTL in ms.
 //
 // It first undoes what it did for a duplicate just before (the log key holds a string:
-// delete it, put the held log back). Then it indexes the event before, if that one was
-// admitted (its marker still holds the pending value "n"): the XADD in between gave it
-// the log's newest id, which no script of the transaction receives, so the script asks
-// Redis for it without copying the entry (a consumer group on the log moved to "$": its
-// last-delivered-id is the last id). It appends "<that id> k <ordinal>" to the index
-// and writes the id into the marker (TTL kept), so a replay after the event finds it
-// with one GET. Then, for a new ce-id (SET NX succeeds) it stores the pending value,
-// counts the event (the position hash's n: its ordinal) and returns 1: the XADD appends
-// to the log. For a ce-id seen already it rewrites the marker unchanged (value and TTL
+// delete it, put the held log back). Otherwise the event before, if any, was admitted:
+// the XADD in between gave it the log's newest id, which no script of the transaction
+// receives, so the script asks Redis for it without copying the entry (a consumer group
+// on the log moved to "$": its last-delivered-id is the last id), counts the event (the
+// position hash's n: its ordinal k), appends "<that id> k <k>" to the index and writes
+// the id into the event's marker (TTL kept), so a replay after the event finds it with
+// one GET. Then, for a new ce-id (SET NX succeeds) it stores a pending marker ("n") and
+// returns 1: the XADD appends to the log. For a ce-id seen already it rewrites the marker unchanged (value and TTL
 // kept: a write of this connection, so a WAIT after it also covers the earlier write
 // that stored the event, replication being in order), moves the log aside under the
 // hold key and puts a string in its place, so the XADD fails with WRONGTYPE and writes
@@ -100,53 +99,41 @@ func (a Appended) Duplicate() bool {
 // its cursor, so lag costs two small reads whatever the backlog (lagScript). It is
 // trimmed to the log's length (exactly, MAXLEN): the log is trimmed only at its own
 // XADDs, so after each transaction the index holds exactly the log's entries, except
-// entries stored before the index existed (older than the hash's base: the log's last
-// id when the first ordinal was given).
+// entries stored before the index existed (older than its first entry).
 //
 // Each transaction loads the script itself (SCRIPT LOAD inside the MULTI): an EVALSHA
 // that found no script would fail only when EXEC runs, after the XADD beside it, and a
 // promoted replica starts with no scripts.
 const gateSource = `
 local log, held, pos, ord = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local seen = 5
 if redis.call('TYPE', log).ok == 'string' then
   redis.call('DEL', log)
   if redis.call('EXISTS', held) == 1 then redis.call('RENAME', held, log) end
-end
--- last_id is the log's newest id, read without copying an entry; nil: no log.
-local function last_id()
+  if ARGV[2] == '1' then seen = 6 end
+elseif ARGV[2] == '1' then
+  -- The event before was admitted (else the log would be a string): index its entry.
+  seen = 6
   local r = redis.pcall('XGROUP', 'SETID', log, 'relay-head', '$')
-  if type(r) == 'table' and r.err then
-    r = redis.pcall('XGROUP', 'CREATE', log, 'relay-head', '$')
-    if type(r) == 'table' and r.err then return nil end
-  end
+  if type(r) == 'table' and r.err then redis.pcall('XGROUP', 'CREATE', log, 'relay-head', '$') end
+  local id
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', log)) do
     if g[2] == 'relay-head' then
-      for i = 1, #g, 2 do if g[i] == 'last-delivered-id' then return g[i + 1] end end
+      for i = 1, #g, 2 do if g[i] == 'last-delivered-id' then id = g[i + 1] end end
     end
   end
-end
-local seen = 5
-if ARGV[2] == '1' then
-  seen = 6
-  if redis.call('GET', KEYS[5]) == 'n' then
-    local id, k = last_id(), redis.call('HGET', pos, 'n')
-    local r = id and redis.pcall('XADD', ord, 'MAXLEN', redis.call('XLEN', log), id, 'k', k)
-    if type(r) == 'string' then
-      redis.call('SET', KEYS[5], id, 'XX', 'KEEPTTL')
-    else -- the XADD stored nothing (the index has that id already): neither is the event
-      redis.call('DEL', KEYS[5])
-      redis.call('HINCRBY', pos, 'n', -1)
-    end
+  local k = redis.call('HINCRBY', pos, 'n', 1)
+  r = id and redis.pcall('XADD', ord, 'MAXLEN', redis.call('XLEN', log), id, 'k', k)
+  if type(r) == 'string' then
+    redis.call('SET', KEYS[5], id, 'XX', 'KEEPTTL')
+  else -- the XADD stored nothing (the index has that id already): neither is the event
+    redis.call('DEL', KEYS[5])
+    redis.call('HINCRBY', pos, 'n', -1)
   end
 end
 if #KEYS < seen then return 1 end
 local old = redis.call('SET', KEYS[seen], 'n', 'NX', 'PX', ARGV[1], 'GET')
-if not old then
-  if redis.call('HINCRBY', pos, 'n', 1) == 1 then
-    redis.call('HSET', pos, 'base', last_id() or '0-0')
-  end
-  return 1
-end
+if not old then return 1 end
 redis.call('SET', KEYS[seen], old, 'XX', 'KEEPTTL')
 if redis.call('EXISTS', log) == 1 then redis.call('RENAME', log, held) end
 redis.call('SET', log, '')

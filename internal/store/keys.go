@@ -9,8 +9,8 @@ func logKey(acct string) string        { return "relay:{" + acct + "}:log" }
 func seenKey(acct, ceID string) string { return "relay:{" + acct + "}:seen:" + ceID }
 
 // posKey is the account's position hash: n, the ordinal of the log's newest entry (one
-// per entry appended since the index began), and base, the log's last id before it
-// began. ordKey is the ordinal index: under each log entry's id, its ordinal k.
+// per entry appended since the index began). ordKey is the ordinal index: under each
+// log entry's id, its ordinal k.
 func posKey(acct string) string       { return "relay:{" + acct + "}:pos" }
 func ordKey(acct string) string       { return "relay:{" + acct + "}:ord" }
 func destKey(acct, id string) string  { return "relay:{" + acct + "}:dest:" + id }

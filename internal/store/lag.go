@@ -17,8 +17,9 @@ type LagReading struct {
 	Status              string
 	ConsecutiveFailures int
 	// Known is false when the backlog cannot be read from positions: the cursor is
-	// older than the ordinal index and the log still holds entries stored before the
-	// index began (an upgraded log, until those age out). Events and Next are then 0, "".
+	// before the ordinal index's first entry and the log still holds entries stored
+	// before the index began (an upgraded log, until those age out, or until the
+	// destination delivers one newer event). Events and Next are then 0, "".
 	Known  bool
 	Next   string // log id of the oldest entry after the cursor; "" when none
 	Events int64  // entries of the log after the cursor (before the event filter)
@@ -34,15 +35,20 @@ type LagReading struct {
 // numbers travel back.
 var lagScript = redis.NewScript(luaPrelude + `
 local len, indexed = redis.call('XLEN', KEYS[1]), redis.call('XLEN', KEYS[3])
-local p = redis.call('HMGET', KEYS[2], 'n', 'base')
-local head, base = tonumber(p[1] or '0'), p[2]
+local head = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+-- first: the oldest index entry when the log also holds entries older than the index.
+local first
+if len > indexed then
+  first = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1)[1]
+  first = first and first[1] or '+'
+end
 local out = {}
 for i = 4, #KEYS do
   local h = redis.call('HMGET', KEYS[i], 'cursor', 'status', 'consecutive_failures')
   if not h[1] then
     out[#out + 1] = {}
-  elseif len > indexed and (not base or id_after(base, h[1])) then
-    -- Entries older than the index still wait after the cursor: not to be counted.
+  elseif first and (first == '+' or id_after(first, h[1])) then
+    -- Entries older than the index may wait after the cursor: not to be counted.
     out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 0, '', 0}
   else
     local nxt, n = redis.call('XRANGE', KEYS[3], '(' .. h[1], '+', 'COUNT', 1)[1], 0

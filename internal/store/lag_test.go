@@ -189,8 +189,8 @@ func TestLagFromPositionsStaysExact(t *testing.T) {
 }
 
 // A log stored by an earlier version (entries and "1" markers, no index): the lag of a
-// cursor among those entries is unknown rather than counted; once the cursor passes the
-// last of them it is exact again; a replay after one of them still finds it (bounded).
+// cursor among those entries is unknown rather than counted; once the cursor reaches the
+// first entry indexed it is exact again; a replay after one of them still finds it (bounded).
 func TestLagOfAnUpgradedLog(t *testing.T) {
 	onEachRedis(t, func(t *testing.T, st *Store) {
 		ctx := context.Background()
@@ -220,12 +220,12 @@ func TestLagOfAnUpgradedLog(t *testing.T) {
 		unknown("no index at all")
 		g.append(4, time.Hour)
 		unknown("a cursor among the old entries")
-		if base, _ := st.rdb.HGet(ctx, posKey(g.r.Account), "base").Result(); base != legacy[2] {
-			t.Fatalf("base %q, want the last old entry %s", base, legacy[2])
-		}
 		g.commit(legacy[2])
-		if r, err := st.DestinationLag(ctx, g.r); err != nil || !r.Known || r.Events != 4 {
-			t.Fatalf("cursor at the last old entry: %+v, %v; want 4 known", r, err)
+		unknown("a cursor at the last old entry")
+		newIDs := g.logIDs()[3:]
+		g.commit(newIDs[0])
+		if r, err := st.DestinationLag(ctx, g.r); err != nil || !r.Known || r.Events != 3 || r.Next != newIDs[1] {
+			t.Fatalf("cursor at the first new entry: %+v, %v; want 3 known, next %s", r, err, newIDs[1])
 		}
 		g.replay(ReplayPoint{AfterEvent: "old-1"})
 		if c, _ := st.rdb.HGet(ctx, destKey(g.r.Account, g.r.ID), "cursor").Result(); c != legacy[1] {
