@@ -213,9 +213,9 @@ destinations:
 	if a := httpDo(t, "GET", base+"/healthz", ""); a.status != 200 {
 		t.Errorf("healthz: %d", a.status)
 	}
-	waitUntil(t, 30*time.Second, "the queue depth gauge of the leased destination", func() bool {
+	waitUntil(t, 30*time.Second, "the lag gauge of the leased destination", func() bool {
 		a := httpDo(t, "GET", "http://"+metricsListen+"/metrics", "")
-		return strings.Contains(a.body, `relay_queue_depth{account="acct_1",connector="eventbridge",destination="orders-bus"} 0`) &&
+		return strings.Contains(a.body, `relay_destination_lag_events{account="acct_1",connector="eventbridge",destination="orders-bus"} 0`) &&
 			strings.Contains(a.body, "relay_events_consumed_total")
 	})
 	if a := httpDo(t, "GET", base+"/metrics", ""); a.status != 404 {

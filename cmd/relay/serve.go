@@ -177,7 +177,6 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
 		Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api"),
 		Console: console.New(console.Options{DisableAfter: cfg.Delivery.DisableAfter})})
-	reg.MustRegister(api.NewQueueDepth(st, disp.Held))
 	registerWatchMetrics(reg, st, consumer, lag.New(lag.Options{Store: st, Held: disp.Held, Logger: log.With("component", "lag")}))
 	ln, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {

@@ -685,9 +685,9 @@ func TestARevokedTokenIsRefusedEverywhereAndItsSubscriptionCloses(t *testing.T) 
 	}
 }
 
-func TestMetricsShowQueueDepthAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testing.T) {
+func TestMetricsShowLagAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	r := apitest.New(t, apitest.Options{Registry: reg})
+	r := apitest.New(t, apitest.Options{Registry: reg, LagInterval: time.Millisecond})
 	r.Sink.SetBehave(func(dest string, _ destination.Message) error {
 		if dest == "orders-bus" {
 			return failures.NewNotTaken("did not take the event: throttled", nil)
@@ -701,10 +701,10 @@ func TestMetricsShowQueueDepthAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testi
 		return slices.Equal(r.Sink.Delivered("orders-stream"), ids)
 	})
 	var body string
-	apitest.WaitFor(t, 10*time.Second, "queue depth on /metrics", func() bool {
+	apitest.WaitFor(t, 10*time.Second, "the lag on /metrics", func() bool {
 		body = string(call(t, "GET", r.MetricsURL+"/metrics", "", "").body)
-		return strings.Contains(body, `relay_queue_depth{account="acct_1",connector="eventbridge",destination="orders-bus"} 5`) &&
-			strings.Contains(body, `relay_queue_depth{account="acct_1",connector="kinesis",destination="orders-stream"} 0`)
+		return strings.Contains(body, `relay_destination_lag_events{account="acct_1",connector="eventbridge",destination="orders-bus"} 5`) &&
+			strings.Contains(body, `relay_destination_lag_events{account="acct_1",connector="kinesis",destination="orders-stream"} 0`)
 	})
 	for _, want := range []string{`relay_delivery_attempts_total{connector="kinesis",outcome="delivered"} 5`,
 		`relay_delivery_attempts_total{connector="eventbridge",outcome="not_taken"}`, "relay_leases_held 4"} {

@@ -2,14 +2,13 @@
 // after its cursor, and the age of the oldest of them. It samples Redis when scraped (at
 // most once an interval) for the destinations this replica delivers for, and exports the
 // result as Prometheus gauges with bounded labels (destination, connector, account).
-// It only reads Redis.
+// It only reads Redis, and only positions (store.QueueLag): a sample costs the same
+// whatever the backlogs.
 package lag
 
 import (
 	"context"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,13 +17,6 @@ import (
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
 )
-
-// CountLimit bounds one count of log entries in one sample. A destination seen for the
-// first time counts its backlog, up to this many entries (past that the gauge is a lower
-// bound); after that its backlog is kept up to date from the log's entries-added and the
-// entries the destination's cursor passed, so a sample costs about the entries delivered
-// since the last one, not the whole backlog.
-const CountLimit = 10000
 
 // Options configure a Sampler.
 type Options struct {
@@ -40,9 +32,11 @@ type Reading struct {
 	Destination destination.Destination
 	Status      string
 	Failures    int
-	Events      int64     // events of the account log after the cursor (before the event filter)
-	AtLeast     bool      // Events is a lower bound: the backlog was longer than CountLimit when first seen
-	Oldest      time.Time // arrival of the oldest of them in Redis; zero when none
+	// Known is false when the positions cannot tell the backlog (store.LagReading.Known):
+	// the lag gauges are then left out, status and failures still shown.
+	Known  bool
+	Events int64     // events of the account log after the cursor (before the event filter)
+	Oldest time.Time // arrival of the oldest of them in Redis; zero when none
 }
 
 // Sampler is a prometheus.Collector of destination lag. A scrape samples Redis unless
@@ -52,28 +46,13 @@ type Sampler struct {
 	opts     Options
 	sampling sync.Mutex // one sample at a time
 
-	mu       sync.Mutex
-	last     []Reading
-	sampled  time.Time
-	took     time.Duration
-	prev     map[string]track // by destination id: what the next sample builds on
-	prevHead map[string]int64 // by account: entries-added at the last sample
+	mu      sync.Mutex
+	last    []Reading
+	sampled time.Time
+	took    time.Duration
 
 	lagDesc, ageDesc, statusDesc, failDesc, atDesc, tookDesc *prometheus.Desc
 }
-
-// track is what the sampler remembers of a destination between samples.
-type track struct {
-	account string
-	cursor  string
-	events  int64
-	atLeast bool // events is a lower bound (the first count stopped at CountLimit)
-	recount bool // the next sample counts the backlog itself
-}
-
-// incremental reports whether the next sample of the destination, now in acct, builds on
-// this one (counting only what its cursor passed) rather than counting its backlog.
-func (t track) incremental(acct string) bool { return t.account == acct && !t.recount }
 
 var labels = []string{"destination", "connector", "account"}
 
@@ -88,7 +67,7 @@ func New(opts Options) *Sampler {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Sampler{opts: opts, prev: map[string]track{}, prevHead: map[string]int64{},
+	return &Sampler{opts: opts,
 		lagDesc: prometheus.NewDesc("relay_destination_lag_events",
 			"Events of the account log after the destination's cursor (before its event filter): how far behind its account's log head it is. Sampled; destinations this replica delivers for.", labels, nil),
 		ageDesc: prometheus.NewDesc("relay_destination_oldest_undelivered_age_seconds",
@@ -124,23 +103,16 @@ func (s *Sampler) Sample(ctx context.Context) error {
 		}
 		byAcct[d.Account] = append(byAcct[d.Account], d)
 	}
-	s.mu.Lock()
-	prev, prevHead := s.prev, s.prevHead
-	s.mu.Unlock()
-
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	pipe := s.opts.Store.Pipeline()
 	cmds := make([]store.LagCmd, len(accts))
 	for i, a := range accts {
-		probes := make([]store.LagProbe, len(byAcct[a]))
+		ids := make([]string, len(byAcct[a]))
 		for j, d := range byAcct[a] {
-			probes[j] = store.LagProbe{ID: d.ID}
-			if t, ok := prev[d.ID]; ok && t.incremental(a) {
-				probes[j].Since = t.cursor
-			}
+			ids[j] = d.ID
 		}
-		cmds[i] = s.opts.Store.QueueLag(sctx, pipe, a, probes, CountLimit)
+		cmds[i] = s.opts.Store.QueueLag(sctx, pipe, a, ids)
 	}
 	if len(accts) > 0 {
 		// Loaded each time (one cheap call): a restarted Redis has forgotten it.
@@ -152,43 +124,17 @@ func (s *Sampler) Sample(ctx context.Context) error {
 		}
 	}
 	now := s.opts.Now()
-	next := make(map[string]track, len(held))
-	nextHead := make(map[string]int64, len(accts))
 	var out []Reading
 	for i, a := range accts {
-		head, readings, err := cmds[i].Result()
+		readings, err := cmds[i].Result()
 		if err != nil {
 			return err
 		}
-		nextHead[a] = head.Added
 		for j, r := range readings {
-			d := byAcct[a][j]
 			if !r.Found {
 				continue
 			}
-			t := track{account: a, cursor: r.Cursor}
-			p, seen := prev[d.ID]
-			switch {
-			case r.Next == "":
-				t.events = 0 // nothing after the cursor: exact
-			case !seen || !p.incremental(a):
-				// This sample counted the backlog itself.
-				t.events, t.atLeast = r.Count, r.Count >= CountLimit
-			default:
-				// Entries appended since the last sample, less those the cursor passed.
-				t.events, t.atLeast = p.events+(head.Added-prevHead[a])-r.Count, p.atLeast
-				// A cursor that moved back, or further than one count: count again.
-				t.recount = idLess(r.Cursor, p.cursor) || r.Count >= CountLimit
-			}
-			t.events = max(min(t.events, head.Length), 0)
-			if r.Next != "" && t.events == 0 {
-				t.events, t.recount = 1, true // the log was trimmed under the cursor: count again
-			}
-			if t.atLeast && t.events < CountLimit {
-				t.recount = true // a lower bound that no longer says much: count again
-			}
-			next[d.ID] = t
-			rd := Reading{Destination: d, Status: r.Status, Failures: r.ConsecutiveFailures, Events: t.events, AtLeast: t.atLeast}
+			rd := Reading{Destination: byAcct[a][j], Status: r.Status, Failures: r.ConsecutiveFailures, Known: r.Known, Events: r.Events}
 			if r.Next != "" {
 				rd.Oldest = store.IDTime(r.Next)
 			}
@@ -197,7 +143,6 @@ func (s *Sampler) Sample(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.last, s.sampled, s.took = out, now, s.opts.Now().Sub(start)
-	s.prev, s.prevHead = next, nextHead
 	s.mu.Unlock()
 	return nil
 }
@@ -229,8 +174,10 @@ func (s *Sampler) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range last {
 		d := r.Destination
 		lv := []string{d.ID, string(d.Connector), d.Account}
-		ch <- prometheus.MustNewConstMetric(s.lagDesc, prometheus.GaugeValue, float64(r.Events), lv...)
-		ch <- prometheus.MustNewConstMetric(s.ageDesc, prometheus.GaugeValue, r.Age(now).Seconds(), lv...)
+		if r.Known {
+			ch <- prometheus.MustNewConstMetric(s.lagDesc, prometheus.GaugeValue, float64(r.Events), lv...)
+			ch <- prometheus.MustNewConstMetric(s.ageDesc, prometheus.GaugeValue, r.Age(now).Seconds(), lv...)
+		}
 		ch <- prometheus.MustNewConstMetric(s.failDesc, prometheus.GaugeValue, float64(r.Failures), lv...)
 		status := r.Status
 		if status == "" {
@@ -248,18 +195,4 @@ func (r Reading) Age(now time.Time) time.Duration {
 		return 0
 	}
 	return now.Sub(r.Oldest)
-}
-
-// idLess orders two stream ids.
-func idLess(a, b string) bool {
-	am, as := splitID(a)
-	bm, bs := splitID(b)
-	return am < bm || (am == bm && as < bs)
-}
-
-func splitID(id string) (uint64, uint64) {
-	ms, seq, _ := strings.Cut(id, "-")
-	m, _ := strconv.ParseUint(ms, 10, 64)
-	q, _ := strconv.ParseUint(seq, 10, 64)
-	return m, q
 }

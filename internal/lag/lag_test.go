@@ -150,7 +150,7 @@ func TestStalledDestinationLagGrowsThenDrainsToZero(t *testing.T) {
 	if events != 5 || age1 <= 0 {
 		t.Fatalf("5 events waiting: lag %v events, oldest %v s", events, age1)
 	}
-	r.publish(7) // kept up from entries-added, not counted again
+	r.publish(7)
 	events, age2 := r.sample("stalled")
 	if events != 12 || age2 <= age1 {
 		t.Fatalf("12 events waiting: lag %v events, oldest %v s (was %v s)", events, age2, age1)
@@ -163,8 +163,8 @@ func TestStalledDestinationLagGrowsThenDrainsToZero(t *testing.T) {
 	})
 }
 
-// After the first count, the backlog is kept from entries-added and the entries the cursor
-// passed; it must stay exact through partial deliveries and new events.
+// The backlog is read from positions (the head ordinal less the cursor's); it must stay
+// exact through partial deliveries and new events.
 func TestLagStaysExactAsEventsArriveAndSomeAreDelivered(t *testing.T) {
 	sink := &gateSink{}
 	sink.stalled.Store(true)

@@ -63,25 +63,3 @@ func (s *Store) ChannelSequences(ctx context.Context, chans []ChannelRef) ([]int
 	}
 	return out, nil
 }
-
-// queueDepthScript counts the account log's entries after the destination's cursor, up
-// to ARGV[1]: the count stays in Redis, only the number travels.
-var queueDepthScript = redis.NewScript(`
-local cursor = redis.call('HGET', KEYS[1], 'cursor')
-if not cursor then return -1 end
-return #redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', tonumber(ARGV[1]))
-`)
-
-// QueueDepth is how many entries of the account's log wait after the destination's
-// cursor (before its event filter), counted up to max so a scrape stays cheap. It is
-// ErrUnknownDestination for a destination with no stored state.
-func (s *Store) QueueDepth(ctx context.Context, r Ref, max int64) (int64, error) {
-	n, err := queueDepthScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), logKey(r.Account)}, max).Int64()
-	if err != nil {
-		return 0, err
-	}
-	if n < 0 {
-		return 0, ErrUnknownDestination
-	}
-	return n, nil
-}

@@ -71,30 +71,70 @@ func (a Appended) Duplicate() bool {
 // script is copied into a Lua string, and Redis's Lua hashes every byte of every string
 // it makes (about 100 µs of Redis CPU for a 64 KB body, docs/benchmarks.md).
 //
-// gateScript decides whether the XADD that follows it may land. KEYS are the log, the
-// log's hold key and, except in the last call, the event's seen key; ARGV[1] is the
-// dedup TTL in ms. It first undoes what it did for a duplicate just before (the log key
-// holds a string: delete it, put the held log back). Then, for a new ce-id (SET NX
-// succeeds) it returns 1 and the XADD appends to the log. For a ce-id seen already it
-// rewrites the marker unchanged (value and TTL kept: a write of this connection, so a
-// WAIT after it also covers the earlier write that stored the event, replication being
-// in order), moves the log aside under the hold key and puts a string in its place,
-// so the XADD fails with WRONGTYPE and writes nothing; it returns 0. The transaction
-// runs whole and alone, so no client ever sees the log moved aside, and the log's last
-// id and entries-added are those a duplicate never touched.
+// gateScript decides whether the XADD that follows it may land, and indexes the entry
+// the XADD before it added. KEYS are the log, the log's hold key, the account's
+// position hash and its ordinal index (see below); then, when ARGV[2] is "1", the seen
+// key of the event before (its gate call came just before this one's XADD); then,
+// except in the last call, the event's seen key. ARGV[1] is the dedup TTL in ms.
+//
+// It first undoes what it did for a duplicate just before (the log key holds a string:
+// delete it, put the held log back). Otherwise the event before, if any, was admitted:
+// the XADD in between gave it the log's newest id, which no script of the transaction
+// receives, so the script asks Redis for it without copying the entry (a consumer group
+// on the log moved to "$": its last-delivered-id is the last id), counts the event (the
+// position hash's n: its ordinal k), appends "<that id> k <k>" to the index and writes
+// the id into the event's marker (TTL kept), so a replay after the event finds it with
+// one GET. Then, for a new ce-id (SET NX succeeds) it stores a pending marker ("n") and
+// returns 1: the XADD appends to the log. For a ce-id seen already it rewrites the marker unchanged (value and TTL
+// kept: a write of this connection, so a WAIT after it also covers the earlier write
+// that stored the event, replication being in order), moves the log aside under the
+// hold key and puts a string in its place, so the XADD fails with WRONGTYPE and writes
+// nothing; it returns 0. The transaction runs whole and alone, so no client ever sees
+// the log moved aside or a marker pending, and the log's last id and entries-added are
+// those a duplicate never touched. (RENAME moves the log's consumer group with it.)
+//
+// The ordinal index (relay:{acct}:ord) holds one tiny entry per log entry appended
+// since this version, under the log entry's own id, with its ordinal: a destination's
+// backlog is the head ordinal (n) less the ordinal before the first index entry after
+// its cursor, so lag costs two small reads whatever the backlog (lagScript). It is
+// trimmed to the log's length (exactly, MAXLEN): the log is trimmed only at its own
+// XADDs, so after each transaction the index holds exactly the log's entries, except
+// entries stored before the index existed (older than its first entry).
 //
 // Each transaction loads the script itself (SCRIPT LOAD inside the MULTI): an EVALSHA
 // that found no script would fail only when EXEC runs, after the XADD beside it, and a
 // promoted replica starts with no scripts.
 const gateSource = `
-local log, held = KEYS[1], KEYS[2]
+local log, held, pos, ord = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local seen = 5
 if redis.call('TYPE', log).ok == 'string' then
   redis.call('DEL', log)
   if redis.call('EXISTS', held) == 1 then redis.call('RENAME', held, log) end
+  if ARGV[2] == '1' then seen = 6 end
+elseif ARGV[2] == '1' then
+  -- The event before was admitted (else the log would be a string): index its entry.
+  seen = 6
+  local r = redis.pcall('XGROUP', 'SETID', log, 'relay-head', '$')
+  if type(r) == 'table' and r.err then redis.pcall('XGROUP', 'CREATE', log, 'relay-head', '$') end
+  local id
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', log)) do
+    if g[2] == 'relay-head' then
+      for i = 1, #g, 2 do if g[i] == 'last-delivered-id' then id = g[i + 1] end end
+    end
+  end
+  local k = redis.call('HINCRBY', pos, 'n', 1)
+  r = id and redis.pcall('XADD', ord, 'MAXLEN', redis.call('XLEN', log), id, 'k', k)
+  if type(r) == 'string' then
+    redis.call('SET', KEYS[5], id, 'XX', 'KEEPTTL')
+  else -- the XADD stored nothing (the index has that id already): neither is the event
+    redis.call('DEL', KEYS[5])
+    redis.call('HINCRBY', pos, 'n', -1)
+  end
 end
-if #KEYS == 2 then return 1 end
-if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[1]) then return 1 end
-redis.call('SET', KEYS[3], '1', 'XX', 'KEEPTTL')
+if #KEYS < seen then return 1 end
+local old = redis.call('SET', KEYS[seen], 'n', 'NX', 'PX', ARGV[1], 'GET')
+if not old then return 1 end
+redis.call('SET', KEYS[seen], old, 'XX', 'KEEPTTL')
 if redis.call('EXISTS', log) == 1 then redis.call('RENAME', log, held) end
 redis.call('SET', log, '')
 return 0
@@ -178,14 +218,21 @@ func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*
 	sha, ttlArg, minIDArg := any(gateScript.Hash()), any(ttl), any(minID)
 	execs := make([]*redis.Cmd, len(accts))
 	for k, aa := range accts {
-		log, held := any(logKey(aa.acct)), any(heldKey(aa.acct))
+		log, held, pos, ord := any(logKey(aa.acct)), any(heldKey(aa.acct)), any(posKey(aa.acct)), any(ordKey(aa.acct))
 		pipe.Do(ctx, "multi")
 		pipe.Do(ctx, "script", "load", gateSource)
+		var prev any // the seen key of the event before, for its gate call to index it
 		for _, e := range aa.entries {
-			pipe.Do(ctx, "evalsha", sha, 3, log, held, seenKey(aa.acct, e.EventID), ttlArg)
+			seen := any(seenKey(aa.acct, e.EventID))
+			if prev == nil {
+				pipe.Do(ctx, "evalsha", sha, 5, log, held, pos, ord, seen, ttlArg, "0")
+			} else {
+				pipe.Do(ctx, "evalsha", sha, 6, log, held, pos, ord, prev, seen, ttlArg, "1")
+			}
 			pipe.Do(ctx, e.xaddArgs(log, minIDArg)...)
+			prev = seen
 		}
-		pipe.Do(ctx, "evalsha", sha, 2, log, held)
+		pipe.Do(ctx, "evalsha", sha, 5, log, held, pos, ord, prev, ttlArg, "1")
 		execs[k] = pipe.Do(ctx, "exec")
 	}
 	var acked *redis.Cmd

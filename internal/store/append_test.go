@@ -11,7 +11,7 @@ import (
 // A batch that mixes new events and duplicates (of earlier batches and of its own
 // events, on an account whose log exists and on one whose log does not) stores each
 // new event once, in batch order, and leaves the log as the duplicates found it: same
-// entries, same last id, same entries-added (the lag count reads it), no key left over.
+// entries, same last id, same entries-added, no key left over.
 func TestDuplicatesInABatchLeaveTheLogAsItWas(t *testing.T) {
 	onEachRedis(t, func(t *testing.T, st *Store) {
 		ctx := context.Background()

@@ -7,8 +7,14 @@ import "strings"
 
 func logKey(acct string) string        { return "relay:{" + acct + "}:log" }
 func seenKey(acct, ceID string) string { return "relay:{" + acct + "}:seen:" + ceID }
-func destKey(acct, id string) string   { return "relay:{" + acct + "}:dest:" + id }
-func leaseKey(acct, id string) string  { return "relay:{" + acct + "}:lease:" + id }
+
+// posKey is the account's position hash: n, the ordinal of the log's newest entry (one
+// per entry appended since the index began). ordKey is the ordinal index: under each
+// log entry's id, its ordinal k.
+func posKey(acct string) string       { return "relay:{" + acct + "}:pos" }
+func ordKey(acct string) string       { return "relay:{" + acct + "}:ord" }
+func destKey(acct, id string) string  { return "relay:{" + acct + "}:dest:" + id }
+func leaseKey(acct, id string) string { return "relay:{" + acct + "}:lease:" + id }
 func attemptsKey(acct, id string) string {
 	return "relay:{" + acct + "}:attempts:" + id
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -10,71 +9,51 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// LagProbe asks where one destination stands in its account's log. Since is the cursor
-// the caller saw last time ("" for a first look): the script counts the entries between
-// it and the current cursor, so a caller can keep a destination's backlog up to date
-// without counting the whole backlog again.
-type LagProbe struct {
-	ID    string
-	Since string
-}
-
-// LagReading is what the lag script read for one destination, all in one script call.
+// LagReading is where one destination stands in its account's log, all read in one
+// script call from positions (lagScript): never by counting log entries.
 type LagReading struct {
 	Found               bool   // false: the destination has no stored state
 	Cursor              string // log id of the last event that ended at the destination
 	Status              string
 	ConsecutiveFailures int
-	Next                string // log id of the oldest entry after the cursor; "" when none
-	// Count is, with Since set, the entries in (Since, Cursor]; with Since empty, the
-	// entries after Cursor. Both are counted up to the script's cap.
-	Count int64
+	// Known is false when the backlog cannot be read from positions: the cursor is
+	// before the ordinal index's first entry and the log still holds entries stored
+	// before the index began (an upgraded log, until those age out, or until the
+	// destination delivers one newer event). Events and Next are then 0, "".
+	Known  bool
+	Next   string // log id of the oldest entry after the cursor; "" when none
+	Events int64  // entries of the log after the cursor (before the event filter)
 }
 
-// LogHead is an account log's size and the number of entries ever appended to it
-// (Redis's entries-added, which trimming does not lower).
-type LogHead struct {
-	Length, Added int64
-}
-
-// lagScript reads one account's log head and, for each destination (KEYS[2..]), its
-// cursor, status, failures, the oldest entry after the cursor, and a count of entries
-// (see LagReading.Count), in chunks of 500 up to ARGV[1]. All keys share the account's
-// hash tag. Only numbers and ids travel back.
-var lagScript = redis.NewScript(`
-local log, cap = KEYS[1], tonumber(ARGV[1])
-local len, added = 0, 0
-if redis.call('EXISTS', log) == 1 then
-  local info = redis.call('XINFO', 'STREAM', log)
-  for i = 1, #info, 2 do
-    if info[i] == 'length' then len = info[i + 1] end
-    if info[i] == 'entries-added' then added = info[i + 1] end
-  end
+// lagScript reads, for each destination of one account (KEYS[4..]), its cursor, status
+// and failures, and from the ordinal index (see gateSource) the first index entry after
+// the cursor: its id is the oldest undelivered entry (the millisecond part: when Redis
+// stored it) and its ordinal k puts the backlog at head − k + 1, head being the
+// position hash's n, clamped to the log's length. KEYS[1..3] are the log, the position
+// hash and the index; all keys share the account's hash tag. Each destination costs one
+// HMGET and one XRANGE … COUNT 1 of an index entry, whatever its backlog; only ids and
+// numbers travel back.
+var lagScript = redis.NewScript(luaPrelude + `
+local len, indexed = redis.call('XLEN', KEYS[1]), redis.call('XLEN', KEYS[3])
+local head = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+-- first: the oldest index entry when the log also holds entries older than the index.
+local first
+if len > indexed then
+  first = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1)[1]
+  first = first and first[1] or '+'
 end
-local function count(from, to)
-  local n, start = 0, '(' .. from
-  while n < cap do
-    local batch = redis.call('XRANGE', log, start, to, 'COUNT', math.min(500, cap - n))
-    if #batch == 0 then break end
-    n = n + #batch
-    start = '(' .. batch[#batch][1]
-  end
-  return n
-end
-local out = {len, added}
-for i = 2, #KEYS do
+local out = {}
+for i = 4, #KEYS do
   local h = redis.call('HMGET', KEYS[i], 'cursor', 'status', 'consecutive_failures')
   if not h[1] then
     out[#out + 1] = {}
+  elseif first and (first == '+' or id_after(first, h[1])) then
+    -- Entries older than the index may wait after the cursor: not to be counted.
+    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 0, '', 0}
   else
-    local nxt = redis.call('XRANGE', log, '(' .. h[1], '+', 'COUNT', 1)[1]
-    local since, n = ARGV[i], 0
-    if since == '' then
-      if nxt then n = count(h[1], '+') end
-    elseif since ~= h[1] then
-      n = count(since, h[1])
-    end
-    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', nxt and nxt[1] or '', n}
+    local nxt, n = redis.call('XRANGE', KEYS[3], '(' .. h[1], '+', 'COUNT', 1)[1], 0
+    if nxt then n = math.max(math.min(head - tonumber(nxt[2][2]) + 1, len), 1) end
+    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 1, nxt and nxt[1] or '', n}
   end
 end
 return out
@@ -83,18 +62,19 @@ return out
 // LagCmd is one account's queued lag script; read it after the pipeline ran.
 type LagCmd struct{ cmd *redis.Cmd }
 
-// QueueLag queues the lag script for one account's destinations on pipe (one script per
-// account, so each touches one cluster slot). Counting stops at limit entries.
-func (s *Store) QueueLag(ctx context.Context, pipe redis.Pipeliner, acct string, probes []LagProbe, limit int64) LagCmd {
-	keys := make([]string, 0, len(probes)+1)
-	args := make([]any, 0, len(probes)+1)
-	keys = append(keys, logKey(acct))
-	args = append(args, limit)
-	for _, p := range probes {
-		keys = append(keys, destKey(acct, p.ID))
-		args = append(args, p.Since)
+// QueueLag queues the lag script for one account's destinations (ids) on pipe: one
+// script per account, so each touches one cluster slot.
+func (s *Store) QueueLag(ctx context.Context, pipe redis.Pipeliner, acct string, ids []string) LagCmd {
+	return LagCmd{lagScript.EvalSha(ctx, pipe, lagKeys(acct, ids))}
+}
+
+func lagKeys(acct string, ids []string) []string {
+	keys := make([]string, 0, len(ids)+3)
+	keys = append(keys, logKey(acct), posKey(acct), ordKey(acct))
+	for _, id := range ids {
+		keys = append(keys, destKey(acct, id))
 	}
-	return LagCmd{lagScript.EvalSha(ctx, pipe, keys, args...)}
+	return keys
 }
 
 // Pipeline returns a pipeline on the store's client, for QueueLag.
@@ -105,27 +85,23 @@ func (s *Store) LoadLagScript(ctx context.Context) error {
 	return lagScript.Load(ctx, s.rdb).Err()
 }
 
-// Result decodes the script's answer: the log head and one reading per probe, in order.
-func (c LagCmd) Result() (LogHead, []LagReading, error) {
+// Result decodes the script's answer: one reading per destination, in order.
+func (c LagCmd) Result() ([]LagReading, error) {
 	v, err := c.cmd.Slice()
 	if err != nil {
-		return LogHead{}, nil, err
+		return nil, err
 	}
-	if len(v) < 2 {
-		return LogHead{}, nil, fmt.Errorf("lag script: %d values", len(v))
-	}
-	head := LogHead{Length: toInt(v[0]), Added: toInt(v[1])}
-	out := make([]LagReading, 0, len(v)-2)
-	for _, r := range v[2:] {
+	out := make([]LagReading, 0, len(v))
+	for _, r := range v {
 		f, _ := r.([]any)
-		if len(f) < 5 {
+		if len(f) < 6 {
 			out = append(out, LagReading{})
 			continue
 		}
 		out = append(out, LagReading{Found: true, Cursor: toStr(f[0]), Status: toStr(f[1]),
-			ConsecutiveFailures: int(toInt(f[2])), Next: toStr(f[3]), Count: toInt(f[4])})
+			ConsecutiveFailures: int(toInt(f[2])), Known: toInt(f[3]) == 1, Next: toStr(f[4]), Events: toInt(f[5])})
 	}
-	return head, out, nil
+	return out, nil
 }
 
 func toStr(v any) string {
@@ -144,10 +120,9 @@ func toInt(v any) int64 {
 	return 0
 }
 
-// DestinationLag reads one destination's position (for its card): the oldest entry after
-// its cursor and the entries after it, counted up to limit.
-func (s *Store) DestinationLag(ctx context.Context, r Ref, limit int64) (LagReading, error) {
-	_, readings, err := LagCmd{lagScript.Run(ctx, s.rdb, []string{logKey(r.Account), destKey(r.Account, r.ID)}, limit, "")}.Result()
+// DestinationLag reads one destination's position (for its card), like the sampler.
+func (s *Store) DestinationLag(ctx context.Context, r Ref) (LagReading, error) {
+	readings, err := LagCmd{lagScript.Run(ctx, s.rdb, lagKeys(r.Account, []string{r.ID}))}.Result()
 	if err != nil {
 		return LagReading{}, err
 	}

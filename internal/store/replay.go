@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,12 +53,17 @@ local from_ms, after_id = ARGV[7], ARGV[8]
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
 local target
+-- KEYS[8], the ordinal index, holds every log entry since it began, each a few bytes:
+-- the log (whole entries) is read only for a point older than the index.
 if from_ms ~= '' then
   -- After the last entry stored before from_ms, or the start of the log.
-  local prev = redis.call('XREVRANGE', KEYS[6], '(' .. from_ms .. '-0', '-', 'COUNT', 1)[1]
+  local before = '(' .. from_ms .. '-0'
+  local prev = redis.call('XREVRANGE', KEYS[8], before, '-', 'COUNT', 1)[1] or
+    redis.call('XREVRANGE', KEYS[6], before, '-', 'COUNT', 1)[1]
   target = '0-0'
   if prev then target = prev[1] end
-elseif #redis.call('XRANGE', KEYS[6], after_id, after_id) == 0 then
+elseif #redis.call('XRANGE', KEYS[8], after_id, after_id) == 0 and
+    #redis.call('XRANGE', KEYS[6], after_id, after_id) == 0 then
   return redis.error_reply('NOSUCH the entry was trimmed')
 else
   target = after_id
@@ -118,7 +124,7 @@ func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 		fromMS, point = strconv.FormatInt(p.From.UnixMilli(), 10), "from "+p.From.UTC().Format(time.RFC3339Nano)
 	}
 	now := time.Now()
-	keys := append(r.chanKeys(), logKey(r.Account), attemptsKey(r.Account, r.ID))
+	keys := append(r.chanKeys(), logKey(r.Account), attemptsKey(r.Account, r.ID), ordKey(r.Account))
 	res, err := replayScript.Run(ctx, s.rdb, keys, "" /* unused */, now.UnixMilli(), now.Add(-r.ChannelRetention).UnixMilli(),
 		now.UTC().Format(time.RFC3339Nano), point, r.ID, fromMS, afterID, s.boundsArg()).Slice()
 	switch {
@@ -135,28 +141,45 @@ func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 	return Replayed{Cursor: cursor, Pending: pending == 1, Sequence: seq}, nil
 }
 
-// findEvent is the log id of the newest entry of acct's log with that ce-id, read from
-// the newest back (a replay point is most often recent).
+// legacyLookback bounds how many log entries a lookup of an event reads when its
+// marker predates the ordinal index (value "1": stored by an earlier version, which
+// kept no log id). Such markers expire with the dedup window after an upgrade.
+const legacyLookback = 1000
+
+// findEvent is the log id of the newest entry of acct's log with that ce-id.
 func (s *Store) findEvent(ctx context.Context, acct, ceID string) (string, error) {
 	return s.findEventFrom(ctx, acct, ceID, "+")
 }
 
-// findEventFrom is findEvent reading back from the log id end (inclusive; "+": the
-// newest entry).
+// findEventFrom is findEvent for an entry at or before the log id end ("+": any). The
+// account's dedup marker for the ce-id holds its log id (see gateSource), so the lookup
+// is one GET: no marker, no such event. A marker from before the index ("1") falls back
+// to reading back from end at most legacyLookback entries; so does one whose id is past
+// end (the ce-id came again after its marker expired: the entry wanted is older).
 func (s *Store) findEventFrom(ctx context.Context, acct, ceID, end string) (string, error) {
-	for {
-		msgs, err := s.rdb.XRevRangeN(ctx, logKey(acct), end, "-", 512).Result()
-		if err != nil {
-			return "", err
-		}
-		for _, m := range msgs {
-			if v, _ := m.Values["event_id"].(string); v == ceID {
-				return m.ID, nil
-			}
-		}
-		if len(msgs) < 512 {
-			return "", ErrNoSuchEvent
-		}
-		end = "(" + msgs[len(msgs)-1].ID
+	v, err := s.rdb.Get(ctx, seenKey(acct, ceID)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", ErrNoSuchEvent
+	case err != nil:
+		return "", err
+	case isLogID(v) && (end == "+" || CompareIDs(v, end) <= 0):
+		return v, nil
 	}
+	msgs, err := s.rdb.XRevRangeN(ctx, logKey(acct), end, "-", legacyLookback).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, m := range msgs {
+		if v, _ := m.Values["event_id"].(string); v == ceID {
+			return m.ID, nil
+		}
+	}
+	return "", ErrNoSuchEvent
+}
+
+// isLogID reports whether a marker's value is a stream id ("<ms>-<seq>").
+func isLogID(v string) bool {
+	ms, seq, ok := strings.Cut(v, "-")
+	return ok && ms != "" && seq != "" && strings.Trim(ms, "0123456789") == "" && strings.Trim(seq, "0123456789") == ""
 }

@@ -41,7 +41,8 @@ type Card struct {
 // Lag is a card's measure of how far behind its account's log the destination is.
 type Lag struct {
 	// Events after the destination's cursor in its account's log (before its event
-	// filter), counted up to a limit; EventsAtLeast says the count stopped there.
+	// filter), read from positions (exact); EventsAtLeast is kept for clients and is
+	// always false since the count stopped being capped.
 	Events        int64 `json:"events"`
 	EventsAtLeast bool  `json:"events_at_least"`
 	// OldestUndeliveredAt is when the oldest of them was stored; null when none waits.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http/httptest"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/lag"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 	"github.com/mercamap/relay/internal/testpeer"
@@ -127,10 +129,16 @@ func (s *Sink) Delivered(dest string) []string {
 // Options change a rig.
 type Options struct {
 	Stream stream.Options // KeepAlive, BroadcastLimit, Poll, Drop; the rest is filled in
-	// Registry, when set, gets the dispatch metrics and the queue-depth collector, and
-	// is what /metrics (on MetricsURL) shows.
+	// Registry, when set, gets the dispatch metrics and the lag sampler, and is what
+	// /metrics (on MetricsURL) shows.
 	Registry *prometheus.Registry
 	Broker   func() bool // readiness of the broker (nil: always connected)
+	// Sinks, when set, replace the rig's Sink for those connectors (a real sink on the
+	// awstest servers, say).
+	Sinks map[destination.Connector]dispatch.Sink
+	// LagInterval is the lag sampler's (lag.Options.Interval; 0: its default). A test
+	// that reads the lag off /metrics as it changes sets a short one.
+	LagInterval time.Duration
 	// Config, when set, changes the rig's config before anything uses it (the api:
 	// limits, say).
 	Config func(*config.Config)
@@ -174,13 +182,14 @@ func New(t testing.TB, opts Options) *Rig {
 	if opts.Registry != nil {
 		metrics, gatherer = dispatch.NewMetrics(opts.Registry), opts.Registry
 	}
+	sinks := map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink}
+	maps.Copy(sinks, opts.Sinks)
 	disp := dispatch.New(dispatch.Options{
 		Store: st, Delivery: cfg.Delivery, Accounts: cfg.Accounts, Poll: 20 * time.Millisecond, Metrics: metrics,
-		LogRetention: LogRetention,
-		Sinks:        map[destination.Connector]dispatch.Sink{destination.EventBridge: sink, destination.Kinesis: sink, destination.PubSub: sink},
+		LogRetention: LogRetention, Sinks: sinks,
 	})
 	if opts.Registry != nil {
-		opts.Registry.MustRegister(api.NewQueueDepth(st, disp.Held))
+		opts.Registry.MustRegister(lag.New(lag.Options{Store: st, Held: disp.Held, Interval: opts.LagInterval}))
 	}
 	broker := opts.Broker
 	if broker == nil {
