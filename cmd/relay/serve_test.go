@@ -128,8 +128,21 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 	waitUntil(t, 30*time.Second, "the unacked message back in the queue", func() bool { return ready() == 1 })
 
 	// The second relay gets the redelivery, sees the ce-id, and acks it as a duplicate.
-	second, logs := startRelay(t, bin, cfg)
-	waitUntil(t, 30*time.Second, "the redelivery taken", func() bool { return ready() == 0 })
+	// Its metrics port is known, so the test waits for the ack itself: a message taken
+	// off the queue and not yet acked when SIGTERM comes goes back to the queue, rightly.
+	metricsListen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
+	cfg2 := filepath.Join(t.TempDir(), "relay.yaml")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg2, []byte(strings.Replace(string(b), "metrics_listen: 127.0.0.1:0", "metrics_listen: "+metricsListen, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second, logs := startRelay(t, bin, cfg2)
+	waitUntil(t, 30*time.Second, "the redelivery acked as a duplicate", func() bool {
+		return strings.Contains(metrics(metricsListen), "relay_events_duplicate_total 1")
+	})
 	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

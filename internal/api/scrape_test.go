@@ -65,7 +65,7 @@ func TestScrapingABigBacklogDoesNotSlowOtherAccounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a := call(t, "GET", r.URL+"/metrics", "", ""); a.status != 200 {
+	if a := call(t, "GET", r.MetricsURL+"/metrics", "", ""); a.status != 200 {
 		t.Fatalf("/metrics: %d", a.status)
 	}
 
@@ -109,7 +109,7 @@ func TestScrapingABigBacklogDoesNotSlowOtherAccounts(t *testing.T) {
 		}
 	}
 	for range 4 {
-		wg.Go(func() { loop(r.URL+"/metrics", "") })
+		wg.Go(func() { loop(r.MetricsURL+"/metrics", "") })
 	}
 	wg.Go(func() { loop(r.URL+fmt.Sprintf(dests, "eventbridge"), apitest.Acct1Token) })
 	apitest.WaitFor(t, 60*time.Second, "the scrapers under way", func() bool { mu.Lock(); defer mu.Unlock(); return requests >= 10 })
