@@ -218,6 +218,14 @@ destinations:
 		return strings.Contains(a.body, `relay_destination_lag_events{account="acct_1",connector="eventbridge",destination="orders-bus"} 0`) &&
 			strings.Contains(a.body, "relay_events_consumed_total")
 	})
+	// The standard collectors: the Go runtime, the process and the build (issue 25).
+	page := httpDo(t, "GET", "http://"+metricsListen+"/metrics", "").body
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_cpu_seconds_total",
+		"process_resident_memory_bytes", "go_build_info"} {
+		if !exported(page)[name] {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
 	if a := httpDo(t, "GET", base+"/metrics", ""); a.status != 404 {
 		t.Errorf("/metrics on api.listen: %d, want 404 (it is served on api.metrics_listen only)", a.status)
 	}
