@@ -5,6 +5,7 @@ package helm
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -98,7 +101,8 @@ func render(t *testing.T, sets ...string) map[string]manifest {
 }
 
 // renderFlags runs helm template of a release named relay with the given flags
-// (--set, -f, -n, …) and returns the objects by kind.
+// (--set, -f, -n, …) and returns the objects by kind/name, and by kind when a kind has
+// one object.
 func renderFlags(t *testing.T, flags ...string) map[string]manifest {
 	t.Helper()
 	args := append([]string{"template", "relay", "relay"}, flags...)
@@ -106,7 +110,8 @@ func renderFlags(t *testing.T, flags ...string) map[string]manifest {
 	if err != nil {
 		t.Fatalf("helm %v: %v\n%s", args, err, out)
 	}
-	objs := map[string]manifest{}
+	objs := map[string]manifest{} // by kind (when it is the only one) and by kind/name
+	count := map[string]int{}
 	dec := yaml.NewDecoder(strings.NewReader(out))
 	for {
 		var raw map[string]any // nested mappings decode as map[string]any too
@@ -120,16 +125,24 @@ func renderFlags(t *testing.T, flags ...string) map[string]manifest {
 		}
 		m := manifest(raw)
 		kind, _ := m["kind"].(string)
-		if _, dup := objs[kind]; dup {
-			t.Fatalf("two %s objects rendered", kind)
+		name, _ := m.get("metadata", "name").(string)
+		if _, dup := objs[kind+"/"+name]; dup {
+			t.Fatalf("two %s objects named %s rendered", kind, name)
 		}
+		objs[kind+"/"+name] = m
+		count[kind]++
 		objs[kind] = m
+	}
+	for kind, n := range count { // a bare kind names its only object, never one of several
+		if n > 1 {
+			delete(objs, kind)
+		}
 	}
 	return objs
 }
 
 func TestChartPassesHelmLint(t *testing.T) {
-	for _, sets := range [][]string{nil, {"serviceMonitor.enabled=true", "replicaCount=1"}} {
+	for _, sets := range [][]string{nil, {"serviceMonitor.enabled=true", "replicaCount=1"}, everything} {
 		args := []string{"lint", "--strict", "relay"}
 		for _, s := range sets {
 			args = append(args, "--set", s)
@@ -163,7 +176,7 @@ func TestChartRendersEveryObjectLockedDown(t *testing.T) {
 		"cpu request":                {manifest(c).get("resources", "requests", "cpu"), "100m"},
 		"no service account token":   {manifest(pod).get("automountServiceAccountToken"), false},
 		"config mounted from":        {manifest(pod).get("volumes", 0, "configMap", "name"), objs["ConfigMap"].get("metadata", "name")},
-		"secret read from existing":  {manifest(c).get("env", 0, "valueFrom", "secretKeyRef", "name"), "relay-secrets"},
+		"secret read from existing":  {namedPort(c["env"], "RELAY_RABBITMQ_URL").get("valueFrom", "secretKeyRef", "name"), "relay-secrets"},
 		"service selects the pods":   {objs["Service"].get("spec", "selector", "app.kubernetes.io/instance"), d.get("spec", "template", "metadata", "labels", "app.kubernetes.io/instance")},
 		"pdb keeps one":              {objs["PodDisruptionBudget"].get("spec", "minAvailable"), 1},
 		"servicemonitor port":        {objs["ServiceMonitor"].get("spec", "endpoints", 0, "port"), "metrics"},
@@ -217,10 +230,7 @@ func TestChartProbeAndMetricsPathsAnswerOnTheRelay(t *testing.T) {
 // The ConfigMap's relay.yaml passes relay check-config with exactly the environment the
 // Deployment gives the container: every env: reference has its secretKeyRef.
 func TestChartConfigPassesCheckConfigWithTheDeploymentsEnvironment(t *testing.T) {
-	relay := filepath.Join(t.TempDir(), "relay")
-	if out, err := exec.Command("go", "build", "-o", relay, "../../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	relay := relayBinary(t)
 	for _, sets := range [][]string{nil, {"config.tracing.otlp_endpoint=http://otel-collector:4318"}} {
 		objs := render(t, sets...)
 		dir := t.TempDir()
@@ -238,6 +248,10 @@ func TestChartConfigPassesCheckConfigWithTheDeploymentsEnvironment(t *testing.T)
 		}
 		for _, e := range c["env"].([]any) {
 			name := e.(map[string]any)["name"].(string)
+			if v, plain := e.(map[string]any)["value"].(string); plain { // GOMEMLIMIT
+				env = append(env, name+"="+v)
+				continue
+			}
 			v, ok := samples[name]
 			if !ok {
 				t.Fatalf("the Deployment sets %s, which the test has no sample value for", name)
@@ -250,6 +264,32 @@ func TestChartConfigPassesCheckConfigWithTheDeploymentsEnvironment(t *testing.T)
 			t.Errorf("the chart's config (%v) fails check-config: %v\n%s", sets, err, out)
 		}
 	}
+}
+
+var (
+	relayOnce sync.Once
+	relayPath string
+	relayErr  error
+)
+
+// relayBinary builds cmd/relay once per test binary.
+func relayBinary(t *testing.T) string {
+	t.Helper()
+	relayOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "relay-helm-test-")
+		if err != nil {
+			relayErr = err
+			return
+		}
+		relayPath = filepath.Join(dir, "relay")
+		if out, err := exec.Command("go", "build", "-o", relayPath, "../../cmd/relay").CombinedOutput(); err != nil {
+			relayErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if relayErr != nil {
+		t.Fatal(relayErr)
+	}
+	return relayPath
 }
 
 // relayConfig is the relay.yaml the ConfigMap mounts, decoded.
@@ -477,5 +517,316 @@ secretVolumes:
 		case strings.Contains(out, literal):
 			t.Errorf("%s: the error quotes the secret:\n%s", c.what, out)
 		}
+	}
+}
+
+// everything is every optional object of the chart switched on (helm lint and the
+// monitoring test render it).
+var everything = []string{
+	"serviceMonitor.enabled=true", "serviceMonitor.labels.release=prometheus",
+	"prometheusRule.enabled=true", "prometheusRule.labels.release=prometheus",
+	"grafanaDashboard.enabled=true", "grafanaDashboard.annotations.grafana_folder=Relay",
+	"ingress.enabled=true", "ingress.hosts={relay.example.com}", "ingress.className=nginx", "ingress.tlsSecretName=relay-tls",
+	"secretVolumes[0].secretName=relay-account-tokens", "secretVolumes[0].mountPath=/run/secrets/relay",
+}
+
+// decodeFile reads a YAML (or JSON) file into plain values.
+func decodeFile(t *testing.T, path string) any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
+}
+
+// The chart ships the monitoring of deploy/monitoring: a PrometheusRule whose groups are
+// relay-rules.yaml's, a ServiceMonitor on the metrics port, and the dashboard in a
+// ConfigMap Grafana's sidecar picks up, equal to relay-dashboard.json. The chart reads
+// copies in relay/files/ (it cannot read outside its directory): this test is what keeps
+// them equal, and fails naming the copy to refresh when deploy/monitoring changes.
+func TestChartShipsTheMonitoringOfDeployMonitoring(t *testing.T) {
+	for _, f := range []string{"relay-rules.yaml", "relay-dashboard.json"} {
+		canonical, err := os.ReadFile(filepath.Join("..", "monitoring", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied, err := os.ReadFile(filepath.Join("relay", "files", f))
+		if err != nil || !bytes.Equal(canonical, copied) {
+			t.Errorf("deploy/helm/relay/files/%s differs from deploy/monitoring/%s (%v): cp deploy/monitoring/%s deploy/helm/relay/files/", f, f, err, f)
+		}
+	}
+	objs := render(t, everything...)
+	for _, name := range []string{"PrometheusRule/relay", "ServiceMonitor/relay", "ConfigMap/relay-dashboard", "ConfigMap/relay-config"} {
+		o := objs[name]
+		if o == nil {
+			t.Fatalf("no %s rendered", name)
+		}
+		if o.get("metadata", "labels", "app.kubernetes.io/instance") != "relay" {
+			t.Errorf("%s lacks the release's labels: %v", name, o.get("metadata", "labels"))
+		}
+	}
+	rule, sm, dash := objs["PrometheusRule/relay"], objs["ServiceMonitor/relay"], objs["ConfigMap/relay-dashboard"]
+	if rule.get("apiVersion") != "monitoring.coreos.com/v1" || rule.get("metadata", "labels", "release") != "prometheus" {
+		t.Errorf("PrometheusRule %v with labels %v, want monitoring.coreos.com/v1 labelled release: prometheus", rule.get("apiVersion"), rule.get("metadata", "labels"))
+	}
+	want := decodeFile(t, filepath.Join("..", "monitoring", "relay-rules.yaml")).(map[string]any)["groups"]
+	if got := rule.get("spec", "groups"); !reflect.DeepEqual(got, want) {
+		t.Errorf("the PrometheusRule's groups differ from deploy/monitoring/relay-rules.yaml's:\n got %v\nwant %v", got, want)
+	}
+	if ep := manifest(sm.get("spec", "endpoints", 0).(map[string]any)); ep["port"] != "metrics" || sm.get("metadata", "labels", "release") != "prometheus" {
+		t.Errorf("ServiceMonitor scrapes port %v with labels %v, want metrics, release: prometheus", ep["port"], sm.get("metadata", "labels"))
+	}
+	if dash.get("metadata", "labels", "grafana_dashboard") != "1" || dash.get("metadata", "annotations", "grafana_folder") != "Relay" {
+		t.Errorf("dashboard ConfigMap labels %v, annotations %v: the sidecar looks for grafana_dashboard: \"1\"", dash.get("metadata", "labels"), dash.get("metadata", "annotations"))
+	}
+	var shipped, canonical any
+	if err := json.Unmarshal([]byte(dash.get("data", "relay-dashboard.json").(string)), &shipped); err != nil {
+		t.Fatalf("the dashboard in the ConfigMap is not JSON: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join("..", "monitoring", "relay-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &canonical); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(shipped, canonical) {
+		t.Errorf("the ConfigMap's dashboard differs from deploy/monitoring/relay-dashboard.json")
+	}
+	// Each is its own choice, and none is on by default (two need the operator's CRDs).
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("grafanaDashboard: {enabled: true, namespace: grafana, labels: {dashboards: relay, grafana_dashboard: null}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs = renderFlags(t, "-f", values)
+	if d := objs["ConfigMap/relay-dashboard"]; d == nil || d.get("metadata", "namespace") != "grafana" || d.get("metadata", "labels", "dashboards") != "relay" || d.get("metadata", "labels", "grafana_dashboard") != nil {
+		t.Errorf("dashboard with its own label and namespace: %v", objs["ConfigMap/relay-dashboard"].get("metadata"))
+	}
+	if objs["PrometheusRule/relay"] != nil || objs["ServiceMonitor/relay"] != nil {
+		t.Errorf("only the dashboard asked for, the PrometheusRule or ServiceMonitor rendered too")
+	}
+	for name := range render(t) {
+		if strings.HasPrefix(name, "PrometheusRule") || strings.HasPrefix(name, "ServiceMonitor") || name == "ConfigMap/relay-dashboard" {
+			t.Errorf("%s rendered by default", name)
+		}
+	}
+}
+
+// A misspelt or mistyped value fails helm template, naming the key, instead of being
+// ignored (the default it meant to change would silently stay).
+func TestChartValuesSchemaRefusesATypo(t *testing.T) {
+	cases := []struct{ set, named string }{
+		{"replicaCont=3", "'replicaCont'"},
+		{"networkPolicy.enabeld=false", "'enabeld'"},
+		{"ingress.host=relay.example.com", "'host'"},
+		{"podDisruptionBudget.minAvaliable=2", "'minAvaliable'"},
+		{"replicaCount=two", "/replicaCount"},
+		{"ingress.hosts={relay.example.com:443}", "/ingress/hosts/0"},
+	}
+	for _, c := range cases {
+		out, err := helm(t, "template", "relay", "relay", "--set", c.set)
+		if err == nil || !strings.Contains(out, c.named) {
+			t.Errorf("--set %s: %v, want helm template to fail naming %s:\n%s", c.set, err, c.named, out)
+		}
+	}
+	// config is the relay's relay.yaml, which the schema leaves to the relay: its decoder
+	// names an unknown key with its path (a second key list here would drift from it).
+	objs := render(t, "config.api.lisen=:8081")
+	cfg := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(cfg, []byte(objs["ConfigMap"].get("data", "relay.yaml").(string)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(relayBinary(t), "check-config", "--config", cfg).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "api.lisen") {
+		t.Errorf("relay check-config on config.api.lisen: %v, want it to name api.lisen:\n%s", err, out)
+	}
+}
+
+// readable says whether a process with uid and gids may read a file of owner uid:gid
+// and mode (the read bits; root's capabilities are not modelled, the relay is not root).
+func readable(uid int, gids []int, owner, group int, mode os.FileMode) bool {
+	if uid == owner {
+		return mode&0o400 != 0
+	}
+	for _, g := range gids {
+		if g == group {
+			return mode&0o040 != 0
+		}
+	}
+	return mode&0o004 != 0
+}
+
+// intValue reads an integer the pod or the container sets; ok false when unset.
+func intValue(v any) (int, bool) {
+	n, ok := v.(int)
+	return n, ok
+}
+
+// The files of a secret volume are the kubelet's: owner root, group the pod's fsGroup
+// (root's when unset), mode defaultMode (no group bits are counted on beyond it). The
+// relay runs as runAsUser with runAsGroup and fsGroup: it must be able to read them. On
+// the old chart (no fsGroup, 0400) it could not: only root read them.
+func TestChartSecretVolumesAreReadableByTheRelaysUser(t *testing.T) {
+	check := func(objs map[string]manifest) (bool, string) {
+		pod := manifest(objs["Deployment"].get("spec", "template", "spec").(map[string]any))
+		c := container(objs)
+		uid, ok := intValue(c.get("securityContext", "runAsUser")) // the container's wins
+		if !ok {
+			uid, ok = intValue(pod.get("securityContext", "runAsUser"))
+		}
+		if !ok || uid == 0 {
+			t.Fatalf("the relay's user is %v, want a non-root uid", uid)
+		}
+		var gids []int
+		gid, ok := intValue(c.get("securityContext", "runAsGroup"))
+		if !ok {
+			gid, _ = intValue(pod.get("securityContext", "runAsGroup")) // 0 when unset
+		}
+		gids = append(gids, gid)
+		group := 0
+		if fs, ok := intValue(pod.get("securityContext", "fsGroup")); ok {
+			group = fs
+			gids = append(gids, fs)
+		}
+		groups, _ := pod.get("securityContext", "supplementalGroups").([]any)
+		for _, g := range groups {
+			gids = append(gids, g.(int))
+		}
+		var found bool
+		for _, v := range pod.get("volumes").([]any) {
+			s, _ := v.(map[string]any)["secret"].(map[string]any)
+			if s == nil {
+				continue
+			}
+			found = true
+			mode, ok := intValue(s["defaultMode"])
+			if !ok {
+				mode = 0o644 // the API's default
+			}
+			if !readable(uid, gids, 0, group, os.FileMode(mode)) {
+				return false, fmt.Sprintf("secret %v: mode %#o, owner 0:%d, read by uid %d groups %v", s["secretName"], mode, group, uid, gids)
+			}
+			if os.FileMode(mode)&0o007 != 0 {
+				return false, fmt.Sprintf("secret %v: mode %#o lets every user read it", s["secretName"], mode)
+			}
+		}
+		if !found {
+			t.Fatal("no secret volume rendered")
+		}
+		return true, ""
+	}
+	mount := []string{"secretVolumes[0].secretName=relay-account-tokens", "secretVolumes[0].mountPath=/run/secrets/relay"}
+	objs := render(t, mount...)
+	if ok, why := check(objs); !ok {
+		t.Errorf("the relay cannot read its secrets: %s", why)
+	}
+	if fs := objs["Deployment"].get("spec", "template", "spec", "securityContext", "fsGroup"); fs != 65532 {
+		t.Errorf("fsGroup %v, want 65532", fs)
+	}
+	// The old chart's numbers, to show the check catches them.
+	old := render(t, append(mount, "podSecurityContext.fsGroup=null")...)
+	old["Deployment"].get("spec", "template", "spec", "volumes", 1, "secret").(map[string]any)["defaultMode"] = 0o400
+	if ok, _ := check(old); ok {
+		t.Errorf("no fsGroup and mode 0400 pass the check; uid 65532 cannot read root's 0400 files")
+	}
+}
+
+// Replicas spread over zones when they can (ScheduleAnyway), over the release's pods;
+// values replace the spread or remove it.
+func TestChartSpreadsReplicasOverZones(t *testing.T) {
+	pod := manifest(render(t)["Deployment"].get("spec", "template", "spec").(map[string]any))
+	tsc := manifest(pod.get("topologySpreadConstraints", 0).(map[string]any))
+	if tsc["topologyKey"] != "topology.kubernetes.io/zone" || tsc["whenUnsatisfiable"] != "ScheduleAnyway" || tsc["maxSkew"] != 1 ||
+		tsc.get("labelSelector", "matchLabels", "app.kubernetes.io/instance") != "relay" {
+		t.Errorf("topologySpreadConstraints[0] = %v, want zone, ScheduleAnyway, maxSkew 1 over the release's pods", tsc)
+	}
+	pod = manifest(render(t, "topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone", "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule")["Deployment"].get("spec", "template", "spec").(map[string]any))
+	if got := pod.get("topologySpreadConstraints", 0, "whenUnsatisfiable"); got != "DoNotSchedule" {
+		t.Errorf("whenUnsatisfiable %v, want the value's DoNotSchedule", got)
+	}
+	pod = manifest(render(t, "topologySpreadConstraints=null")["Deployment"].get("spec", "template", "spec").(map[string]any))
+	if pod["topologySpreadConstraints"] != nil {
+		t.Errorf("topologySpreadConstraints=null still spreads: %v", pod["topologySpreadConstraints"])
+	}
+}
+
+// goMemLimit is the GOMEMLIMIT the rendered container sets, "" when none.
+func goMemLimit(t *testing.T, objs map[string]manifest) string {
+	t.Helper()
+	for _, e := range container(objs).get("env").([]any) {
+		if m := e.(map[string]any); m["name"] == "GOMEMLIMIT" {
+			return m["value"].(string)
+		}
+	}
+	return ""
+}
+
+// GOMEMLIMIT is 90% of the memory limit in bytes, a value the Go runtime takes (the test
+// binary is run again with it and reports the limit it applied); no limit, no GOMEMLIMIT;
+// an extraEnv GOMEMLIMIT replaces the chart's.
+func TestChartSetsGOMEMLIMITFromTheMemoryLimit(t *testing.T) {
+	if os.Getenv("RELAY_HELM_PRINT_MEMLIMIT") == "1" {
+		fmt.Printf("memlimit=%d\n", debug.SetMemoryLimit(-1))
+		return
+	}
+	for limit, want := range map[string]int64{"512Mi": 483183820, "1Gi": 966367641, "1.5Gi": 1449551462, "500M": 450000000} {
+		got := goMemLimit(t, render(t, "resources.limits.memory="+limit))
+		if got != fmt.Sprint(want) {
+			t.Errorf("limit %s: GOMEMLIMIT %q, want %d (90%%)", limit, got, want)
+			continue
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestChartSetsGOMEMLIMITFromTheMemoryLimit$")
+		cmd.Env = append(os.Environ(), "RELAY_HELM_PRINT_MEMLIMIT=1", "GOMEMLIMIT="+got)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), fmt.Sprintf("memlimit=%d\n", want)) {
+			t.Errorf("the Go runtime with GOMEMLIMIT=%s: %v\n%s", got, err, out)
+		}
+	}
+	if got := goMemLimit(t, render(t, "resources.limits=null")); got != "" {
+		t.Errorf("no memory limit: GOMEMLIMIT %q, want none", got)
+	}
+	if got := goMemLimit(t, render(t, "goMemLimitRatio=0")); got != "" {
+		t.Errorf("goMemLimitRatio=0: GOMEMLIMIT %q, want none", got)
+	}
+	objs := render(t, "extraEnv[0].name=GOMEMLIMIT", "extraEnv[0].value=300MiB")
+	if got := goMemLimit(t, objs); got != "300MiB" || strings.Count(fmt.Sprint(container(objs).get("env")), "GOMEMLIMIT") != 1 {
+		t.Errorf("extraEnv GOMEMLIMIT: env %v, want only the operator's 300MiB", container(objs).get("env"))
+	}
+	if out, err := helm(t, "template", "relay", "relay", "--set", "resources.limits.memory=lots"); err == nil || !strings.Contains(out, "resources.limits.memory") {
+		t.Errorf("an unreadable memory limit rendered: %v\n%s", err, out)
+	}
+}
+
+// The Ingress (off by default) sends each host to the API's port, and each host is in
+// api.allowed_hosts, so the API answers it; without a host it is refused.
+func TestChartIngressHostsAreAllowedHosts(t *testing.T) {
+	if render(t)["Ingress"] != nil {
+		t.Errorf("an Ingress rendered by default")
+	}
+	objs := render(t, "ingress.enabled=true", "ingress.hosts={relay.example.com,console.example.com}", "ingress.tlsSecretName=relay-tls", "allowedHosts=null")
+	ing := objs["Ingress"]
+	if ing == nil {
+		t.Fatal("no Ingress rendered")
+	}
+	hosts := fmt.Sprint(relayConfig(t, objs).get("api", "allowed_hosts"))
+	for i, want := range []string{"relay.example.com", "console.example.com"} {
+		r := manifest(ing.get("spec", "rules", i).(map[string]any))
+		if r["host"] != want || r.get("http", "paths", 0, "backend", "service", "port", "name") != "http" || r.get("http", "paths", 0, "backend", "service", "name") != "relay" {
+			t.Errorf("rule %d: %v, want host %s to the Service's http port", i, r, want)
+		}
+		if !strings.Contains(" "+strings.Trim(hosts, "[]")+" ", " "+want+" ") {
+			t.Errorf("Ingress host %s is not in api.allowed_hosts %s: the API would refuse it", want, hosts)
+		}
+	}
+	if got := fmt.Sprint(ing.get("spec", "tls")); got != "[map[hosts:[relay.example.com console.example.com] secretName:relay-tls]]" {
+		t.Errorf("tls %s", got)
+	}
+	if out, err := helm(t, "template", "relay", "relay", "--set", "ingress.enabled=true"); err == nil || !strings.Contains(out, "ingress.hosts") {
+		t.Errorf("an Ingress without hosts rendered: %v\n%s", err, out)
 	}
 }

@@ -28,13 +28,40 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/*
 relay.apiHosts: the Host names the API answers (config.api.allowed_hosts), one a line:
-the Service's own names, then .Values.allowedHosts.
+the Service's own names, the Ingress's hosts when it is on, then .Values.allowedHosts.
 */}}
 {{- define "relay.apiHosts" -}}
 {{- $svc := include "relay.fullname" . -}}
 {{- $ns := .Release.Namespace -}}
 {{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) -}}
+{{- if .Values.ingress.enabled }}{{ $hosts = concat $hosts (.Values.ingress.hosts | default list) }}{{ end -}}
 {{- concat $hosts (.Values.allowedHosts | default list) | uniq | join "\n" -}}
+{{- end -}}
+
+{{/*
+relay.goMemLimit: goMemLimitRatio of resources.limits.memory in bytes (a plain byte
+count is what GOMEMLIMIT takes), or nothing when either is unset. The limit is a
+Kubernetes quantity: digits with an optional fraction and a binary (Ki…Ei) or decimal
+(k…E) suffix; a number from a values file arrives as a float.
+*/}}
+{{- define "relay.goMemLimit" -}}
+{{- $q := dig "limits" "memory" "" (.Values.resources | default dict) -}}
+{{- $ratio := float64 (.Values.goMemLimitRatio | default 0) -}}
+{{- if and $q (gt $ratio 0.0) -}}
+{{- $bytes := 0.0 -}}
+{{- if kindIs "string" $q -}}
+{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$" $q) -}}
+{{- fail (printf "resources.limits.memory is %q, which the chart cannot turn into GOMEMLIMIT: write it as 512Mi, 1Gi or 500M, or set goMemLimitRatio: 0 and GOMEMLIMIT in extraEnv" $q) -}}
+{{- end -}}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- $number := regexReplaceAll "[A-Za-z]+$" $q "" -}}
+{{- $unit := trimPrefix $number $q -}}
+{{- $bytes = mulf (float64 $number) (get $units $unit) -}}
+{{- else -}}
+{{- $bytes = float64 $q -}}
+{{- end -}}
+{{- mulf $bytes $ratio | floor | int64 -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
