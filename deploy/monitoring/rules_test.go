@@ -4,8 +4,12 @@
 package monitoring
 
 import (
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/mercamap/relay/internal/testpeer"
 )
@@ -28,4 +32,46 @@ func TestAlertRulesPassPromtoolCheck(t *testing.T) {
 // look-alikes (a paused destination behind, a quarantine that stopped growing).
 func TestAlertRulesPassTheirPromtoolUnitTests(t *testing.T) {
 	promtool(t, "test", "rules", "relay-rules.test.yaml")
+}
+
+// Every alert links to its runbook: a section of the operator guide named after it.
+func TestEveryAlertLinksToItsRunbookSectionInTheOperatorGuide(t *testing.T) {
+	rules, err := os.ReadFile("relay-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guide, err := os.ReadFile("../../docs/operator-guide.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(rules, &file); err != nil {
+		t.Fatal(err)
+	}
+	const base = "https://github.com/mercamap/relay/blob/main/docs/operator-guide.md#"
+	n := 0
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			if want := base + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !strings.Contains(string(guide), "\n#### "+r.Alert+"\n") {
+				t.Errorf("%s: docs/operator-guide.md has no runbook section \"#### %s\"", r.Alert, r.Alert)
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d alerts read from relay-rules.yaml", n)
+	}
 }
