@@ -25,6 +25,7 @@ import (
 type observedRelay struct {
 	listen        string
 	metricsListen string // api.metrics_listen: /metrics
+	redisURL      string
 	exchange      string
 	ch            *amqp.Channel // confirms on
 	key           []byte
@@ -41,7 +42,7 @@ func startObservedRelay(t *testing.T, extra string) *observedRelay {
 	const roleARN = "arn:aws:iam::111122223333:role/relay-delivery"
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	r := &observedRelay{listen: fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t)), metricsListen: fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t)),
-		exchange: "relay-test-observe-" + suffix, bus: bus}
+		exchange: "relay-test-observe-" + suffix, bus: bus, redisURL: redisURL}
 	queue := r.exchange
 	r.key, _ = hex.DecodeString(testKeyHex)
 	cfg := filepath.Join(t.TempDir(), "relay.yaml")

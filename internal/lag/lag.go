@@ -23,6 +23,10 @@ type Options struct {
 	Store    *store.Store
 	Held     func() []destination.Destination // the destinations this replica delivers for
 	Interval time.Duration                    // a scrape within this of the last sample reuses it; 0: 5s
+	// ScrapeWait bounds how long a scrape waits for a new sample (0: 2s): past it the
+	// scrape shows the last one and the sample goes on in the background, so a Redis that
+	// hangs never holds a scrape to Prometheus' timeout.
+	ScrapeWait time.Duration
 	Now      func() time.Time                 // nil: time.Now
 	Logger   *slog.Logger
 }
@@ -44,9 +48,8 @@ type Reading struct {
 // scraping often cost no more than one sample an interval.
 type Sampler struct {
 	opts     Options
-	sampling sync.Mutex // one sample at a time
-
 	mu      sync.Mutex
+	running chan struct{} // closed when the sample in progress ends; nil when none runs
 	last    []Reading
 	sampled time.Time
 	took    time.Duration
@@ -60,6 +63,9 @@ var labels = []string{"destination", "connector", "account"}
 func New(opts Options) *Sampler {
 	if opts.Interval <= 0 {
 		opts.Interval = 5 * time.Second
+	}
+	if opts.ScrapeWait <= 0 {
+		opts.ScrapeWait = 2 * time.Second
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -147,6 +153,36 @@ func (s *Sampler) Sample(ctx context.Context) error {
 	return nil
 }
 
+// refresh starts a sample when the last one is older than Interval and none runs, and
+// waits for the one running at most ScrapeWait. One sample runs at a time.
+func (s *Sampler) refresh() {
+	s.mu.Lock()
+	done := s.running
+	if done == nil && s.opts.Now().Sub(s.sampled) >= s.opts.Interval {
+		done = make(chan struct{})
+		s.running = done
+		go func() {
+			defer close(done)
+			if err := s.Sample(context.Background()); err != nil {
+				s.opts.Logger.Warn("lag sample failed; the gauges show the last one", "error", err)
+			}
+			s.mu.Lock()
+			s.running = nil
+			s.mu.Unlock()
+		}()
+	}
+	s.mu.Unlock()
+	if done == nil {
+		return
+	}
+	t := time.NewTimer(s.opts.ScrapeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // Describe implements prometheus.Collector.
 func (s *Sampler) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{s.lagDesc, s.ageDesc, s.statusDesc, s.failDesc, s.atDesc, s.tookDesc} {
@@ -157,13 +193,7 @@ func (s *Sampler) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: a new sample, or the last one if it is recent,
 // with ages as of now. A failed sample is logged and the last one shown.
 func (s *Sampler) Collect(ch chan<- prometheus.Metric) {
-	s.sampling.Lock()
-	if _, at := s.Last(); s.opts.Now().Sub(at) >= s.opts.Interval {
-		if err := s.Sample(context.Background()); err != nil {
-			s.opts.Logger.Warn("lag sample failed; the gauges show the last one", "error", err)
-		}
-	}
-	s.sampling.Unlock()
+	s.refresh()
 	s.mu.Lock()
 	last, sampled, took := s.last, s.sampled, s.took
 	s.mu.Unlock()
