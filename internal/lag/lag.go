@@ -27,8 +27,8 @@ type Options struct {
 	// scrape shows the last one and the sample goes on in the background, so a Redis that
 	// hangs never holds a scrape to Prometheus' timeout.
 	ScrapeWait time.Duration
-	Now      func() time.Time                 // nil: time.Now
-	Logger   *slog.Logger
+	Now        func() time.Time // nil: time.Now
+	Logger     *slog.Logger
 }
 
 // Reading is one destination's lag at the last sample.
@@ -47,7 +47,7 @@ type Reading struct {
 // the last sample is more recent than Options.Interval, so several Prometheus servers
 // scraping often cost no more than one sample an interval.
 type Sampler struct {
-	opts     Options
+	opts    Options
 	mu      sync.Mutex
 	running chan struct{} // closed when the sample in progress ends; nil when none runs
 	last    []Reading
