@@ -93,8 +93,11 @@ func TestAFloodOfLargeUnsignedMessagesKeepsTheQuarantineWithinItsBound(t *testin
 		t.Errorf("quarantine held up to %d messages, %d at the end: want between 1 and %d (%d bytes of %d-byte prefixes)",
 			deepest, kept, maxKept, bounds.MaxBytes, bounds.MaxBodyBytes)
 	}
-	if stored < 2 {
-		t.Errorf("%d signed events stored during the flood, want at least 2", stored)
+	// Each signed event was stored within waitFor's bound while the flood ran (it waits
+	// only behind the flood messages published before it: one queue is one order). How
+	// many fit in the flood's time depends on the machine's load, so one is the floor.
+	if stored < 1 {
+		t.Errorf("%d signed events stored during the flood, want at least 1", stored)
 	}
 	if got := testutil.ToFloat64(r.metrics.QuarantineTruncated); got != flood {
 		t.Errorf("relay_quarantine_truncated_total = %v, want %d", got, flood)
