@@ -687,15 +687,7 @@ func TestARevokedTokenIsRefusedEverywhereAndItsSubscriptionCloses(t *testing.T) 
 
 func TestMetricsShowLagAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	r := apitest.New(t, apitest.Options{Registry: reg, LagInterval: time.Millisecond})
-	r.Sink.SetBehave(func(dest string, _ destination.Message) error {
-		if dest == "orders-bus" {
-			return failures.NewNotTaken("did not take the event: throttled", nil)
-		}
-		return nil
-	})
-	r.Start()
-	apitest.WaitFor(t, 10*time.Second, "leases taken", func() bool { return len(r.Dispatcher.Held()) == 4 })
+	r := startWithOrdersBusThrottled(t, apitest.Options{Registry: reg, LagInterval: time.Millisecond})
 	ids := r.Publish(apitest.Acct1, 5)
 	apitest.WaitFor(t, 10*time.Second, "the stream to take every event", func() bool {
 		return slices.Equal(r.Sink.Delivered("orders-stream"), ids)

@@ -6,23 +6,13 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/api/apitest"
-	"github.com/mercamap/relay/internal/destination"
-	"github.com/mercamap/relay/internal/failures"
 )
 
 // A card is a card: the pause and activate answers carry the lag and replayable_from
 // the card GET shows, so a console or script that pauses a stalled destination sees
 // its backlog without a second call.
 func TestPauseAndActivateAnswersCarryTheCardsLag(t *testing.T) {
-	r := apitest.New(t, apitest.Options{})
-	r.Sink.SetBehave(func(dest string, _ destination.Message) error {
-		if dest == "orders-bus" {
-			return failures.NewNotTaken("did not take the event: throttled", nil)
-		}
-		return nil
-	})
-	r.Start()
-	apitest.WaitFor(t, 10*time.Second, "leases taken", func() bool { return len(r.Dispatcher.Held()) == 4 })
+	r := startWithOrdersBusThrottled(t, apitest.Options{})
 	r.Publish(apitest.Acct1, 3)
 	card := r.URL + fmt.Sprintf(dests, "eventbridge") + "/orders-bus"
 	apitest.WaitFor(t, 10*time.Second, "the card to count the 3 stalled events", func() bool {

@@ -12,15 +12,7 @@ import (
 )
 
 func TestCardShowsTheLagOfAStalledDestinationAndZeroOnceDrained(t *testing.T) {
-	r := apitest.New(t, apitest.Options{})
-	r.Sink.SetBehave(func(dest string, _ destination.Message) error {
-		if dest == "orders-bus" {
-			return failures.NewNotTaken("did not take the event: throttled", nil)
-		}
-		return nil
-	})
-	r.Start()
-	apitest.WaitFor(t, 10*time.Second, "leases taken", func() bool { return len(r.Dispatcher.Held()) == 4 })
+	r := startWithOrdersBusThrottled(t, apitest.Options{})
 	lag := func(connector, id string) map[string]any {
 		a := call(t, "GET", r.URL+fmt.Sprintf(dests, connector)+"/"+id, apitest.Acct1Token, "")
 		l, ok := a.json(t)["lag"].(map[string]any)
@@ -53,4 +45,20 @@ func TestCardShowsTheLagOfAStalledDestinationAndZeroOnceDrained(t *testing.T) {
 		l := lag("eventbridge", "orders-bus")
 		return l["events"] == 0.0 && l["oldest_undelivered_at"] == nil
 	})
+}
+
+// startWithOrdersBusThrottled starts a rig whose orders-bus never takes an event (a
+// throttling bus: not taken, retried, never counted), once its four leases are held.
+func startWithOrdersBusThrottled(t *testing.T, opts apitest.Options) *apitest.Rig {
+	t.Helper()
+	r := apitest.New(t, opts)
+	r.Sink.SetBehave(func(dest string, _ destination.Message) error {
+		if dest == "orders-bus" {
+			return failures.NewNotTaken("did not take the event: throttled", nil)
+		}
+		return nil
+	})
+	r.Start()
+	apitest.WaitFor(t, 10*time.Second, "leases taken", func() bool { return len(r.Dispatcher.Held()) == 4 })
+	return r
 }
