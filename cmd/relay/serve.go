@@ -134,7 +134,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
 		Tracer:       ingestTracer,
 	})
-	sinks, closeSinks, err := buildSinks(ctx, cfg, reg)
+	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log)
 	if err != nil {
 		return err
 	}

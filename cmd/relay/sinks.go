@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/config"
@@ -18,11 +19,12 @@ import (
 // (the AWS default credential chain, Google's Application Default Credentials) are
 // only looked up when a write needs them, so a relay without cloud credentials still
 // starts and shows "did not take the event" on those destinations' cards.
-func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Registerer) (map[destination.Connector]dispatch.Sink, func(), error) {
+func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) (map[destination.Connector]dispatch.Sink, func(), error) {
 	awsCfg, err := assume.OwnConfig(ctx, cfg.AWS.Region)
 	if err != nil {
 		return nil, nil, fmt.Errorf("aws: %w", err)
 	}
+	awsCfg.Logger = awsLog(log.With("component", "aws-sdk")) // every client made from it
 	name := cfg.Identity.NameOrDefault()
 	assumer := assume.New(assume.Options{
 		STS:          assume.NewSTSClient(awsCfg, cfg.AWS.Endpoints["sts"]),
