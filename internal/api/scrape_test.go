@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,18 +80,15 @@ func TestScrapingABigBacklogDoesNotSlowOtherAccounts(t *testing.T) {
 		apitest.WaitFor(t, 30*time.Second, what, func() bool { return len(bus.Entries()) >= delivered })
 		return time.Since(start)
 	}
-	quiet := deliver("100 deliveries unscraped")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	ctx := context.Background()
 	var mu sync.Mutex
 	requests := 0
-	// Each client asks again 5 ms after an answer: 800 scrapes a second at most, far
+	// Each client asks again 20 ms after an answer: 250 requests a second at most, far
 	// beyond any Prometheus, without the clients' own CPU on this shared machine being
 	// what is measured. Before the fix each scrape kept Redis busy longer than that.
-	loop := func(url, token string) {
+	loop := func(ctx context.Context, url, token string) {
 		client := &http.Client{Timeout: 30 * time.Second}
-		pace := time.NewTicker(5 * time.Millisecond)
+		pace := time.NewTicker(20 * time.Millisecond)
 		defer pace.Stop()
 		for ; ctx.Err() == nil; <-pace.C {
 			req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
@@ -108,19 +106,36 @@ func TestScrapingABigBacklogDoesNotSlowOtherAccounts(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	for range 4 {
-		wg.Go(func() { loop(r.MetricsURL+"/metrics", "") })
+	scrapedRun := func() time.Duration {
+		sctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		mu.Lock()
+		before := requests
+		mu.Unlock()
+		for range 4 {
+			wg.Go(func() { loop(sctx, r.MetricsURL+"/metrics", "") })
+		}
+		wg.Go(func() { loop(sctx, r.URL+fmt.Sprintf(dests, "eventbridge"), apitest.Acct1Token) })
+		apitest.WaitFor(t, 60*time.Second, "the scrapers under way", func() bool { mu.Lock(); defer mu.Unlock(); return requests >= before+10 })
+		took := deliver("100 deliveries while scraped")
+		cancel()
+		wg.Wait()
+		return took
 	}
-	wg.Go(func() { loop(r.URL+fmt.Sprintf(dests, "eventbridge"), apitest.Acct1Token) })
-	apitest.WaitFor(t, 60*time.Second, "the scrapers under way", func() bool { mu.Lock(); defer mu.Unlock(); return requests >= 10 })
-	scraped := deliver("100 deliveries while scraped")
-	cancel()
-	wg.Wait()
-	again := deliver("100 deliveries unscraped again")
-
-	base := max(quiet, again) // the slower of the two quiet runs: this machine is shared
-	t.Logf("100 deliveries: %v unscraped, %v while scraped (%d requests), %v unscraped again", quiet, scraped, requests, again)
-	if scraped > 2*base {
-		t.Fatalf("another account's 100 deliveries took %v while scraped, %v unscraped: more than twice", scraped, base)
+	// Three rounds, quiet and scraped alternated, compared by their medians: the machine
+	// is shared (make test runs other packages beside this one), and one run's figure
+	// says as much about a neighbour as about the relay.
+	var quiet, scraped []time.Duration
+	for range 3 {
+		quiet = append(quiet, deliver("100 deliveries unscraped"))
+		scraped = append(scraped, scrapedRun())
+	}
+	quiet = append(quiet, deliver("100 deliveries unscraped again"))
+	slices.Sort(quiet)
+	slices.Sort(scraped)
+	base, load := quiet[len(quiet)/2], scraped[len(scraped)/2]
+	t.Logf("100 deliveries: unscraped %v, while scraped %v (%d requests)", quiet, scraped, requests)
+	if load > 2*base {
+		t.Fatalf("another account's 100 deliveries took %v while scraped (median of 3), %v unscraped (median): more than twice", load, base)
 	}
 }
