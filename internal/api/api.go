@@ -76,7 +76,6 @@ type Server struct {
 	requests   requests          // requests in progress per token and account
 	shed       func()            // counts a connection closed to make room
 	actions    ratelimit.Buckets // actions, replays and tests per destination and per account (ratelimit.go)
-	ping       pinger            // /readyz's PING: one at a time, waited for a bounded time
 
 	mu         sync.Mutex
 	subs       map[*subscription]struct{}
