@@ -34,85 +34,103 @@ func activeWithLease(t *testing.T, st *Store, r Ref) (int64, [2]string) {
 	return token, ids
 }
 
-// TestACommitThatBeginsTheNextWriteHoldsTheWriteFence: the commit of one write that also
-// begins the next (Commit.Next, one script) gives the same answers as BeginWrite after
-// the commit would: it marks the next write in flight, so a pause right after it says a
-// write may still land; after a pause, or when the commit itself disables the
-// destination, it starts nothing; a stale token neither commits nor begins.
-func TestACommitThatBeginsTheNextWriteHoldsTheWriteFence(t *testing.T) {
+// TestABatchOfCommitsRecordsEachInOrderAndRefusesAStaleToken: the delivery engine's
+// group commit (CommitBatch, one script) records several outcomes of one account in
+// order, each seeing the one before (the cursor ends at the last, the count of
+// rejections in a row climbs and resets), and a stale token refuses only its own commit.
+func TestABatchOfCommitsRecordsEachInOrderAndRefusesAStaleToken(t *testing.T) {
 	onEachRedis(t, func(t *testing.T, st *Store) {
 		ctx := context.Background()
-		commit := func(r Ref, token int64, kind, cursor, next string, disableAfter int) (Committed, error) {
-			return st.Commit(ctx, Commit{Ref: r, Token: token, Kind: kind, Cursor: cursor, Wrote: cursor, Next: next,
-				EventID: "ev", DisableAfter: disableAfter, ChannelRetention: time.Hour, AttemptsRetention: time.Hour})
-		}
-		pause := func(r Ref) StatusResult {
-			t.Helper()
-			res, err := st.ChangeStatus(ctx, StatusChange{Ref: r, Status: Paused, ChannelRetention: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return res
-		}
-
-		// Active: the commit ends write 1 and begins write 2.
-		r := Ref{Account: "acct_fence", ID: "orders", Connector: "eventbridge"}
+		r := Ref{Account: "acct_batch", ID: "orders", Connector: "eventbridge"}
 		token, ids := activeWithLease(t, st, r)
-		if began, err := st.BeginWrite(ctx, r, token, ids[0], ""); err != nil || began != "ok" {
-			t.Fatalf("begin write 1: %q, %v", began, err)
+		r2 := Ref{Account: "acct_batch", ID: "audit", Connector: "eventbridge"}
+		token2, _ := activeWithLease(t, st, r2)
+		c := func(r Ref, token int64, kind, cursor string) Commit {
+			return Commit{Ref: r, Token: token, Kind: kind, Cursor: cursor, EventID: "ev-" + cursor, DisableAfter: 20,
+				ChannelRetention: time.Hour, AttemptsRetention: time.Hour}
 		}
-		res, err := commit(r, token, KindDelivered, ids[0], ids[1], 20)
-		if err != nil || res.Began != "ok" || res.Cursor != ids[0] || res.Status != Active {
-			t.Fatalf("commit 1 beginning 2: %+v, %v; want began ok, cursor at 1", res, err)
-		}
-		if p := pause(r); !p.Changed || !p.WriteInFlight {
-			t.Fatalf("pause after write 2 began: %+v, want changed with a write in flight", p)
-		}
-		// Write 2 ends after the pause: committed, and nothing more begins.
-		res, err = commit(r, token, KindDelivered, ids[1], "", 20)
-		if err != nil || res.Began != "" || res.Cursor != ids[1] {
-			t.Fatalf("commit 2: %+v, %v", res, err)
-		}
-		if p := pause(r); p.WriteInFlight {
-			t.Fatalf("after write 2's commit: %+v, want no write in flight", p)
-		}
-
-		// Paused first: the commit is recorded, the next write does not start.
-		r2 := Ref{Account: "acct_fence", ID: "audit", Connector: "eventbridge"}
-		token, ids = activeWithLease(t, st, r2)
-		if _, err := st.BeginWrite(ctx, r2, token, ids[0], ""); err != nil {
+		res, errs, err := st.CommitBatch(ctx, []Commit{
+			c(r, token, KindRejected, ids[0]),
+			c(r2, token2+1, KindDelivered, ids[0]), // stale: another replica's token
+			c(r, token, KindDelivered, ids[1]),
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if p := pause(r2); !p.WriteInFlight {
-			t.Fatalf("pause during write 1: %+v, want a write in flight", p)
+		if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], ErrStaleLease) {
+			t.Fatalf("errors %v, want only the second stale", errs)
 		}
-		res, err = commit(r2, token, KindDelivered, ids[0], ids[1], 20)
-		if err != nil || res.Began != Paused || res.Cursor != ids[0] {
-			t.Fatalf("commit 1 beginning 2 while paused: %+v, %v; want began paused, cursor at 1", res, err)
+		if res[0].Cursor != ids[0] || res[2].Cursor != ids[1] || res[2].Status != Active {
+			t.Fatalf("answers %+v", res)
 		}
-		if p := pause(r2); p.WriteInFlight {
-			t.Fatalf("after the refused begin: %+v, want no write in flight", p)
+		s, err := st.LoadState(ctx, r)
+		if err != nil || s.Cursor != ids[1] || s.ConsecutiveFailures != 0 || s.LastDelivery == nil || s.LastFailure == nil {
+			t.Fatalf("state after the batch: %+v, %v; want cursor at the second, count reset by the delivery", s, err)
+		}
+		if s2, _ := st.LoadState(ctx, r2); s2.Cursor == ids[0] {
+			t.Fatalf("the stale commit moved the cursor")
+		}
+		attempts, _ := st.Client().XLen(ctx, attemptsKey(r.Account, r.ID)).Result()
+		if attempts != 2 {
+			t.Fatalf("%d attempt lines, want 2", attempts)
+		}
+	})
+}
+
+// TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream: a pause of a destination
+// whose lease is held returns the holder's token and an ack to wait on, and appends a
+// control entry that a follower of the account reads with its log; the holder's
+// answer (Ack) reaches the asker (WaitAck). The lease renewal returns the control
+// version the pause raised. Without a holder, nothing is awaited.
+func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		r := Ref{Account: "acct_ctl", ID: "orders", Connector: "eventbridge"}
+		token, _ := activeWithLease(t, st, r)
+		before, err := st.LoadState(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := map[string]FollowPoint{}
+		if at[r.Account], err = st.FollowStart(ctx, r.Account); err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.ChangeStatus(ctx, StatusChange{Ref: r, Status: Paused, ChannelRetention: time.Hour})
+		if err != nil || !res.Changed || res.Holder != token || res.Ack == "" {
+			t.Fatalf("pause: %+v, %v; want the holder's token %d and an ack", res, err, token)
+		}
+		got, err := st.FollowLogs(ctx, at, time.Second, 16)
+		if err != nil || len(got.Controls) != 1 {
+			t.Fatalf("follow: %+v, %v; want one control entry", got, err)
+		}
+		ctl := got.Controls[0]
+		if ctl.Destination != r.ID || ctl.Kind != ControlStatus || ctl.Ack != res.Ack || ctl.Version <= before.Control {
+			t.Fatalf("control entry %+v", ctl)
+		}
+		leases, err := st.RenewLeases(ctx, []Ref{r}, "replica", time.Minute)
+		if err != nil || leases[0].Token != token || leases[0].Control != ctl.Version {
+			t.Fatalf("renewal: %+v, %v; want token %d and control version %d", leases, err, token, ctl.Version)
+		}
+		if err := st.Ack(ctx, r.Account, ctl.Ack, token, true); err != nil {
+			t.Fatal(err)
+		}
+		tok, inFlight, err := st.WaitAck(ctx, r.Account, res.Ack, time.Second)
+		if err != nil || tok != token || !inFlight {
+			t.Fatalf("ack: %d %v %v", tok, inFlight, err)
+		}
+		if _, _, err := st.WaitAck(ctx, r.Account, "nobody", 100*time.Millisecond); !errors.Is(err, ErrNoAck) {
+			t.Fatalf("no answer: %v, want ErrNoAck", err)
 		}
 
-		// The commit's own rejection disables the destination: the next write is refused.
-		r3 := Ref{Account: "acct_fence", ID: "billing", Connector: "eventbridge"}
-		token, ids = activeWithLease(t, st, r3)
-		res, err = commit(r3, token, KindRejected, ids[0], ids[1], 1)
-		if err != nil || !res.Disabled || res.Began != Disabled {
-			t.Fatalf("a disabling commit beginning 2: %+v, %v; want disabled, began disabled", res, err)
+		free := Ref{Account: "acct_ctl", ID: "unleased", Connector: "eventbridge"}
+		if _, err := st.Ensure(ctx, free, "ext-1", "fp", time.Hour); err != nil {
+			t.Fatal(err)
 		}
-
-		// A stale token: nothing is committed, nothing begins.
-		r4 := Ref{Account: "acct_fence", ID: "crm", Connector: "eventbridge"}
-		token, ids = activeWithLease(t, st, r4)
-		if _, err := commit(r4, token+1, KindDelivered, ids[0], ids[1], 20); !errors.Is(err, ErrStaleLease) {
-			t.Fatalf("stale token: %v, want ErrStaleLease", err)
+		if _, err := st.SetupChecked(ctx, free, true, PendingCheck{}, time.Hour); err != nil {
+			t.Fatal(err)
 		}
-		if p := pause(r4); p.WriteInFlight {
-			t.Fatalf("after a stale commit: %+v, want no write in flight", p)
-		}
-		if s, _ := st.LoadState(ctx, r4); s.Cursor == ids[0] {
-			t.Fatalf("a stale commit moved the cursor to %s", s.Cursor)
+		if res, err := st.ChangeStatus(ctx, StatusChange{Ref: free, Status: Paused, ChannelRetention: time.Hour}); err != nil || res.Holder != 0 || res.Ack != "" {
+			t.Fatalf("pause without a holder: %+v, %v; want nothing to wait for", res, err)
 		}
 	})
 }

@@ -11,19 +11,22 @@ import (
 // acquireScript takes or renews a destination's lease. A new holder gets the next
 // fencing token from the destination hash; every commit checks it, so a replica that
 // lost its lease (paused process, network split) can never commit again.
+// It answers the token (0: another's) and the destination's control version (ctlv):
+// a holder whose state is older reads it again before it writes (control.go).
 var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
+local ctlv = tonumber(redis.call('HGET', KEYS[2], 'ctlv') or '0')
 if v then
   local owner, tok = string.match(v, '^(.*)|(%d+)$')
   if owner == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(tok)
+    return {tonumber(tok), ctlv}
   end
-  return 0
+  return {0, ctlv}
 end
 local tok = redis.call('HINCRBY', KEYS[2], 'lease_token', 1)
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
-return tok
+return {tok, ctlv}
 `)
 
 // AcquireLease takes the destination's lease for owner, or renews it when owner holds
@@ -70,6 +73,23 @@ func (s *Store) Leave(ctx context.Context, owner string) error {
 // AcquireLeases is AcquireLease for many destinations in one round trip per Redis
 // master: each result is the fencing token, or 0 when another replica holds that lease.
 func (s *Store) AcquireLeases(ctx context.Context, refs []Ref, owner string, ttl time.Duration) ([]int64, error) {
+	leases, err := s.RenewLeases(ctx, refs, owner, ttl)
+	out := make([]int64, len(leases))
+	for i, l := range leases {
+		out[i] = l.Token
+	}
+	return out, err
+}
+
+// Lease is what taking or renewing one lease answered.
+type Lease struct {
+	Token   int64 // the fencing token; 0 when another replica holds the lease
+	Control int64 // the destination's control version (State.Control) now
+}
+
+// RenewLeases takes or renews owner's leases of refs, one round trip per Redis master,
+// and returns each lease's token and the destination's control version.
+func (s *Store) RenewLeases(ctx context.Context, refs []Ref, owner string, ttl time.Duration) ([]Lease, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -81,9 +101,11 @@ func (s *Store) AcquireLeases(ctx context.Context, refs []Ref, owner string, ttl
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int64, len(refs))
+	out := make([]Lease, len(refs))
 	for i, c := range cmds {
-		out[i], _ = c.Int64()
+		if v, err := c.Int64Slice(); err == nil && len(v) == 2 {
+			out[i] = Lease{Token: v[0], Control: v[1]}
+		}
 	}
 	return out, nil
 }

@@ -98,6 +98,18 @@ local function disabled_by(destkey)
   return 'operator'
 end
 
+-- control tells the destination's lease holder, on whichever replica, that its stored
+-- state changed (ControlKinds): it bumps the hash's control version (ctlv, which the
+-- lease renewal returns: a holder that missed the stream entry learns it there) and
+-- appends to the account's control stream ctlkey, which the holder's log follower reads
+-- with the log. ack names a key the asker waits on for the holder's answer ('' none);
+-- lease is the lease as stored now ("owner|token", '' none). KEYS[1] is the hash.
+local function control(ctlkey, dest_id, kind, ack)
+  local v = redis.call('HINCRBY', KEYS[1], 'ctlv', 1)
+  redis.call('XADD', ctlkey, 'MAXLEN', '~', 1000, '*', 'd', dest_id, 'k', kind, 'v', v, 'a', ack or '')
+  return v
+end
+
 -- id_after reports whether stream id a comes after b.
 local function id_after(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')
@@ -135,21 +147,5 @@ local function replay_to(target, logkey, exact)
   if exact or id_after(cursor, target) then redis.call('HSET', KEYS[1], 'cursor', target) end
   redis.call('HSET', KEYS[1], 'replay_point', target, 'replay_end', head)
   return target, '', true
-end
-
--- begin_write is the write fence (see BeginWrite): it marks that the write of log entry
--- starts (writing = <entry>|<now_ms> in KEYS[1], the destination hash) and returns 'ok'
--- if the destination is active, still under the epoch the worker read (epoch; '' not
--- checked) and entry is past its cursor; else the reason, and nothing is written. The
--- caller has checked the lease token.
-local function begin_write(entry, now_ms, epoch)
-  local h = redis.call('HMGET', KEYS[1], 'status', 'epoch', 'cursor')
-  if h[1] ~= 'active' then return h[1] end
-  -- A replay or an activation moved the cursor since the worker read it.
-  if epoch ~= '' and (h[2] or '0') ~= epoch then return 'moved' end
-  -- An activation meanwhile moved the cursor past this entry: it is not to be sent.
-  if not id_after(entry, h[3] or '0-0') then return 'skipped' end
-  redis.call('HSET', KEYS[1], 'writing', entry .. '|' .. now_ms)
-  return 'ok'
 end
 `

@@ -30,6 +30,7 @@ redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'status', 'active', 'consecutive_failures', 0)
 redis.call('HDEL', KEYS[1], 'pending')
 emit_both('destination.activated', now_ms, cutoff, {destination = dest_id, reason = 'the setup check passed'})
+control(KEYS[6], dest_id, 'setup', '')
 return 'active'
 `)
 
@@ -49,7 +50,7 @@ func (s *Store) SetupChecked(ctx context.Context, r Ref, passed bool, check Pend
 		p = "1"
 	}
 	now := time.Now()
-	res, err := setupCheckedScript.Run(ctx, s.rdb, r.chanKeys(), p, now.UTC().Format(time.RFC3339Nano), now.UnixMilli(),
+	res, err := setupCheckedScript.Run(ctx, s.rdb, append(r.chanKeys(), ctlKey(r.Account)), p, now.UTC().Format(time.RFC3339Nano), now.UnixMilli(),
 		now.Add(-channelRetention).UnixMilli(), r.ID, data, s.boundsArg()).Text()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
 		return "", ErrUnknownDestination

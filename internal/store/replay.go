@@ -93,6 +93,7 @@ add_attempt(KEYS[7], n, 'at', now_ms, 'event_id', '', 'outcome', 'replayed', 'me
 local seq = emit_both('destination.replayed', now_ms, cutoff,
   {destination = dest_id, point = point, cursor = cursor, pending = pending == 1, message = message,
    replaces = replaced ~= '' and replaced or nil})
+if pending == 0 then control(KEYS[9], dest_id, 'replay', '') end
 return {cursor, pending, seq}
 `)
 
@@ -124,7 +125,7 @@ func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 		fromMS, point = strconv.FormatInt(p.From.UnixMilli(), 10), "from "+p.From.UTC().Format(time.RFC3339Nano)
 	}
 	now := time.Now()
-	keys := append(r.chanKeys(), logKey(r.Account), attemptsKey(r.Account, r.ID), ordKey(r.Account))
+	keys := append(r.chanKeys(), logKey(r.Account), attemptsKey(r.Account, r.ID), ordKey(r.Account), ctlKey(r.Account))
 	res, err := replayScript.Run(ctx, s.rdb, keys, "" /* unused */, now.UnixMilli(), now.Add(-r.ChannelRetention).UnixMilli(),
 		now.UTC().Format(time.RFC3339Nano), point, r.ID, fromMS, afterID, s.boundsArg()).Slice()
 	switch {

@@ -64,6 +64,7 @@ add_attempt(KEYS[2], n, 'at', now_ms, 'event_id', event_id, 'outcome', 'retry_qu
   'message', 'retry of attempt ' .. retry_of .. ' asked for', 'retry_of', retry_of)
 redis.call('RPUSH', KEYS[3], cjson.encode({attempt = n, retry_of = retry_of, log_id = log_id, event_id = event_id}))
 redis.call('HINCRBY', KEYS[1], 'retries_queued', 1)
+control(KEYS[4], ARGV[6], 'retry', '')
 return n
 `)
 
@@ -99,8 +100,8 @@ func (s *Store) AskRetry(ctx context.Context, r Ref, n int64) (RetryRequest, err
 	if err != nil {
 		return RetryRequest{}, err
 	}
-	keys := []string{destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID), retriesKey(r.Account, r.ID)}
-	a, err := askRetryScript.Run(ctx, s.rdb, keys, time.Now().UnixMilli(), n, logID, eventID, MaxQueuedRetries, s.boundsArg()).Int64()
+	keys := []string{destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID), retriesKey(r.Account, r.ID), ctlKey(r.Account)}
+	a, err := askRetryScript.Run(ctx, s.rdb, keys, time.Now().UnixMilli(), n, logID, eventID, MaxQueuedRetries, r.ID, s.boundsArg()).Int64()
 	switch {
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
 		return RetryRequest{}, ErrUnknownDestination
@@ -124,14 +125,11 @@ if not head then
   redis.call('HDEL', KEYS[1], 'retries_queued')
   return false
 end
--- The same mark as begin_write's: a pause or disable from now on sees this write.
-redis.call('HSET', KEYS[1], 'writing', cjson.decode(head).log_id .. '|' .. ARGV[2])
 return head
 `)
 
-// NextRetry returns the oldest retry queued for the destination, marked as a write
-// begun (like BeginWrite: a pause or disable answered after it reports the write in
-// flight), if the lease holder (token) may write now: nil when none waits or the
+// NextRetry returns the oldest retry queued for the destination, if the lease holder
+// (token) may write now (its own write fence is dispatch's): nil when none waits or the
 // destination is not active. It stays queued until RetryDone, so a holder that dies
 // meanwhile leaves it to the next (at least once, like any write).
 func (s *Store) NextRetry(ctx context.Context, r Ref, token int64) (*RetryRequest, error) {
@@ -175,8 +173,6 @@ if head and cjson.decode(head).attempt == attempt then
   redis.call('LPOP', KEYS[6])
   if redis.call('HINCRBY', KEYS[1], 'retries_queued', -1) <= 0 then redis.call('HDEL', KEYS[1], 'retries_queued') end
 end
-local w = redis.call('HGET', KEYS[1], 'writing')
-if w and string.sub(w, 1, #log_id + 1) == log_id .. '|' then redis.call('HDEL', KEYS[1], 'writing') end
 local text = 'retry of attempt ' .. retry_of .. ': ' .. message
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 add_attempt(KEYS[7], n, 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', text,

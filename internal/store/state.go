@@ -75,6 +75,9 @@ type State struct {
 	Pending *PendingCheck
 	// RetriesQueued: retries asked for (AskRetry) wait for the lease holder.
 	RetriesQueued bool
+	// Control is the control version (ctlv): it grows with each change the lease holder
+	// must read (control.go), so a holder knows whether the state it holds is current.
+	Control int64
 }
 
 // Ref names one destination and its account (the key hash tag). Connector is carried
@@ -119,6 +122,7 @@ func stateFrom(h map[string]string) State {
 	}
 	st.ConsecutiveFailures, _ = strconv.Atoi(h["consecutive_failures"])
 	st.RetriesQueued = h["retries_queued"] != "" && h["retries_queued"] != "0"
+	st.Control, _ = strconv.ParseInt(h["ctlv"], 10, 64)
 	unmarshalIf(h["last_failure"], &st.LastFailure)
 	unmarshalIf(h["last_delivery"], &st.LastDelivery)
 	unmarshalIf(h["disabled"], &st.Disabled)
@@ -181,7 +185,7 @@ func (s *Store) Ensure(ctx context.Context, r Ref, externalID, fingerprint strin
 
 var statusScript = redis.NewScript(luaPrelude + `
 local want, now_ms, cutoff, iso = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local operator, write_window = ARGV[10] == '1', tonumber(ARGV[11])
+local operator, ack = ARGV[10] == '1', ARGV[11]
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
 -- Our operators' disable sticks: only an operator (an admin token) changes it, also
@@ -189,22 +193,13 @@ if not status then return redis.error_reply('UNKNOWN destination has no stored s
 if not operator and disabled_by(KEYS[1]) == 'operator' then
   return redis.error_reply('FORBIDDEN disabled by an operator')
 end
--- The write a worker started (begin_write) and has not committed: it may still land.
--- Every write starts through begin_write, which refuses a destination not active, so
--- after this script no new write starts, on any replica.
-local in_flight = 0
-local w = redis.call('HGET', KEYS[1], 'writing')
-if w then
-  local started = tonumber(string.match(w, '|(%d+)$'))
-  if started and now_ms - started < write_window then in_flight = 1 end
-end
 -- Checked before "already so": resuming an active destination is an error, not a no-op.
 local since = ARGV[12]
 if want == 'active' and ((since == 'since_disabled' and status ~= 'disabled') or (since == 'since_paused' and status ~= 'paused')) then
   return redis.error_reply('MISMATCH the destination is ' .. status)
 end
 if status == want and not (want == 'disabled' and operator and disabled_by(KEYS[1]) ~= 'operator') then
-  return {0, tonumber(redis.call('GET', KEYS[3]) or '0'), in_flight}
+  return {0, tonumber(redis.call('GET', KEYS[3]) or '0'), ''}
 end
 local etype
 if want == 'paused' then
@@ -234,7 +229,14 @@ else
   announce_disabled(KEYS[7], ARGV[9], ARGV[7], ARGV[6], ARGV[8], iso, ARGV[5])
   etype = 'destination.disabled'
 end
-return {1, emit_both(etype, now_ms, cutoff, {destination = ARGV[6], reason = ARGV[5]}), in_flight}
+local seq = emit_both(etype, now_ms, cutoff, {destination = ARGV[6], reason = ARGV[5]})
+-- The lease holder, if any, reads the new status before its next write; a pause or a
+-- disable waits for its answer (Ack) that none will start.
+if want == 'active' then ack = '' end
+control(KEYS[9], ARGV[6], 'status', ack)
+local lease = ''
+if ack ~= '' then lease = redis.call('GET', KEYS[8]) or '' end
+return {1, seq, lease}
 `)
 
 // ErrOperatorDisabled is returned when an account asks to pause or activate a
@@ -244,12 +246,9 @@ var ErrOperatorDisabled = errors.New("disabled by an operator: only an admin tok
 // StatusChange asks for a destination's status to change.
 type StatusChange struct {
 	Ref
-	Status   string // Active, Paused or Disabled (Disabled: always an operator's)
-	Reason   string // a disable's reason
-	Operator bool   // asked with an admin token; false: by the destination's account
-	// WriteWindow is how long after begin_write a write not yet committed still counts
-	// as in flight (the longest a write may take); 0: DefaultWriteWindow.
-	WriteWindow      time.Duration
+	Status           string // Active, Paused or Disabled (Disabled: always an operator's)
+	Reason           string // a disable's reason
+	Operator         bool   // asked with an admin token; false: by the destination's account
 	ChannelRetention time.Duration
 	// Since, on an activation: "" (deliver what arrives from now on), SinceDisabled or
 	// SincePaused (resume from where delivery stopped: what arrived meanwhile is sent,
@@ -271,16 +270,14 @@ func (e ErrSinceMismatch) Error() string {
 	return "the destination is " + e.Status + ", not what the replay names"
 }
 
-// DefaultWriteWindow is the longest a write may take (dispatch's send timeout) plus a
-// margin: a mark older than that was left by a replica that died mid-write.
-const DefaultWriteWindow = 35 * time.Second
-
 // StatusResult is what a status change did.
 type StatusResult struct {
 	Changed bool // false when the destination already had that status
-	// WriteInFlight: a worker had started a write for the destination and not yet
-	// committed it. That write may still reach the bus; no other starts after the change.
-	WriteInFlight bool
+	// Holder is the lease holder's token when the change was a pause or a disable and a
+	// replica held the lease (0: none held it, so no write was under way): its answer
+	// to the change waits under Ack (WaitAck).
+	Holder int64
+	Ack    string
 }
 
 // SetStatus changes a destination's status as an operator; see ChangeStatus.
@@ -293,17 +290,15 @@ func (s *Store) SetStatus(ctx context.Context, r Ref, status, reason string, cha
 // channel event. Activating resets the count and moves the cursor to the end of the log.
 // Disabling also writes destination.disabled to the account's outbox, in the same script.
 // A destination an operator disabled answers ErrOperatorDisabled to an account. The
-// change and the in-flight check are one step with BeginWrite's: once it returns, no
-// write starts for the destination on any replica until it is active again.
+// change appends a control entry for the lease holder in the same step; a pause or a
+// disable returns the holder's token and the ack to wait on (StatusResult.Holder), and
+// the holder answers once no write can start (dispatch waits for it).
 func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult, error) {
 	if c.Status != Active && c.Status != Paused && c.Status != Disabled {
 		return StatusResult{}, fmt.Errorf("unknown status %q", c.Status)
 	}
 	if c.Since != "" && (c.Status != Active || (c.Since != SinceDisabled && c.Since != SincePaused)) {
 		return StatusResult{}, fmt.Errorf("unknown activation %q", c.Since)
-	}
-	if c.WriteWindow <= 0 {
-		c.WriteWindow = DefaultWriteWindow
 	}
 	now := time.Now()
 	noticeID := ""
@@ -315,10 +310,11 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 		operator = "1"
 	}
 	r := c.Ref
-	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account))
+	ack := newNoticeID()
+	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account), leaseKey(r.Account, r.ID), ctlKey(r.Account))
 	res, err := statusScript.Run(ctx, s.rdb, keys, c.Status, now.UnixMilli(), now.Add(-c.ChannelRetention).UnixMilli(),
 		now.UTC().Format(time.RFC3339Nano), boundText(c.Reason), r.ID, r.Account, r.Connector, noticeID, operator,
-		c.WriteWindow.Milliseconds(), c.Since, s.boundsArg()).Int64Slice()
+		ack, c.Since, s.boundsArg()).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "MISMATCH"):
 		return StatusResult{}, ErrSinceMismatch{Status: strings.TrimPrefix(err.Error(), "MISMATCH the destination is ")}
@@ -329,38 +325,19 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 	case err != nil:
 		return StatusResult{}, err
 	}
-	return StatusResult{Changed: res[0] == 1, WriteInFlight: res[2] == 1}, nil
-}
-
-var beginScript = redis.NewScript(luaPrelude + `
-local token, entry, now_ms, epoch = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local h = redis.call('HMGET', KEYS[1], 'lease_token', 'status')
-if h[1] ~= token then return redis.error_reply('STALE lease token superseded') end
-if not h[2] then return redis.error_reply('UNKNOWN destination has no stored state') end
-return begin_write(entry, now_ms, epoch)
-`)
-
-// BeginWrite marks that the lease holder (token) starts writing log entry to the
-// destination, if the destination is active and the entry is still past its cursor:
-// the same step as ChangeStatus's check, so a pause or disable is either seen here
-// (no write starts) or sees this write as in flight. It returns "ok", or the reason
-// the write must not start: the status ("paused", "disabled") or "skipped" (an
-// activation moved the cursor past entry); ErrStaleLease when token is not the lease's.
-// The commit of the write clears the mark (Commit.Wrote). epoch is State.Epoch as the
-// worker read it ("" not checked): under another, the answer is "moved" (a replay or
-// an activation moved the cursor; the worker reads it again). A write that follows an
-// ended one starts through that one's commit instead (Commit.Next): the same fence, in
-// the same script as the commit.
-func (s *Store) BeginWrite(ctx context.Context, r Ref, token int64, entry, epoch string) (string, error) {
-	res, err := beginScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID)},
-		strconv.FormatInt(token, 10), entry, time.Now().UnixMilli(), epoch).Text()
-	switch {
-	case redis.HasErrorPrefix(err, "STALE"):
-		return "", ErrStaleLease
-	case redis.HasErrorPrefix(err, "UNKNOWN"):
-		return "", ErrUnknownDestination
+	if len(res) < 3 {
+		return StatusResult{}, fmt.Errorf("status change: unexpected answer %v", res)
 	}
-	return res, err
+	out := StatusResult{}
+	if n, _ := res[0].(int64); n == 1 {
+		out.Changed = true
+	}
+	if lease, _ := res[2].(string); lease != "" {
+		_, tok, _ := strings.Cut(lease, "|")
+		out.Holder, _ = strconv.ParseInt(tok, 10, 64)
+		out.Ack = ack
+	}
+	return out, nil
 }
 
 var emitScript = redis.NewScript(luaPrelude + `
