@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/signature"
@@ -520,6 +521,12 @@ func (p *parser) checkDelivery(d *Delivery) {
 	}
 	if d.AttemptsMax < minKept {
 		p.add("delivery.attempts_max", "must be at least %d attempt lines", minKept)
+	}
+	if d.CommitWait > time.Second {
+		p.add("delivery.commit_wait", "%s is longer than a second: a crash would re-send that long a stretch of deliveries", d.CommitWait)
+	}
+	if d.UncommittedMax < 1 || d.UncommittedMax > 1024 {
+		p.add("delivery.uncommitted_max", "must be between 1 and 1024 writes")
 	}
 	if d.OperatorEventsExchange == "" {
 		p.add("delivery.operator_events_exchange", "must not be empty (leave it out for %s)", DefaultOperatorEventsExchange)

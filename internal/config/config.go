@@ -235,6 +235,12 @@ type Delivery struct {
 	ChannelMaxEvents       int
 	AttemptsMax            int
 	OperatorEventsExchange string
+	// A delivered event's outcome and cursor are committed behind the writes: grouped
+	// per account for up to CommitWait, the next write not waiting for them. At most
+	// UncommittedMax of a destination's writes wait uncommitted; a crash re-sends them
+	// (at least once: the message id is stable, receivers dedup).
+	CommitWait     time.Duration
+	UncommittedMax int
 }
 
 // Backoff is the retry delay range of not-taken attempts.

@@ -91,6 +91,8 @@ func defaults() *Config {
 			ChannelMaxEvents:       10000,
 			AttemptsMax:            10000,
 			OperatorEventsExchange: DefaultOperatorEventsExchange,
+			CommitWait:             5 * time.Millisecond,
+			UncommittedMax:         32,
 		},
 	}
 }
@@ -309,6 +311,8 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"channel_max_events":       func(v *yaml.Node, path string) { w.integer(v, path, &d.ChannelMaxEvents) },
 				"attempts_max":             func(v *yaml.Node, path string) { w.integer(v, path, &d.AttemptsMax) },
 				"operator_events_exchange": func(v *yaml.Node, path string) { w.str(v, path, &d.OperatorEventsExchange) },
+				"commit_wait":              func(v *yaml.Node, path string) { w.duration(v, path, &d.CommitWait) },
+				"uncommitted_max":          func(v *yaml.Node, path string) { w.integer(v, path, &d.UncommittedMax) },
 			})
 		},
 		"accounts": func(v *yaml.Node, path string) {

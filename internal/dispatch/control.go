@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mercamap/relay/internal/destination"
@@ -66,7 +67,7 @@ func (d *Dispatcher) Replay(ctx context.Context, id string, point store.ReplayPo
 		return res, err
 	}
 	d.opts.Logger.Info("replay asked for", "destination", id, "cursor", res.Cursor, "pending", res.Pending)
-	d.notify(dest.Account) // an idle worker starts the replay now
+	d.touch(id) // this replica's worker, if any, starts the replay now
 	return res, nil
 }
 
@@ -86,17 +87,43 @@ func (d *Dispatcher) setStatus(ctx context.Context, id, status string, operator 
 		return Change{}, ErrNotFound
 	}
 	res, err := d.opts.Store.ChangeStatus(ctx, store.StatusChange{Ref: ref(dest), Status: status, Operator: operator,
-		WriteWindow: writeWindow, ChannelRetention: d.opts.Delivery.ChannelRetention, Since: since})
+		ChannelRetention: d.opts.Delivery.ChannelRetention, Since: since})
 	if err != nil {
 		return Change{}, err
 	}
-	d.notify(dest.Account) // an idle worker looks at its status again now
-	return Change{WriteInFlight: res.WriteInFlight}, nil
+	d.touch(dest.ID) // this replica's worker, if any, reads its status now
+	return Change{WriteInFlight: d.stopped(ctx, dest, res)}, nil
 }
 
-// writeWindow is how long a begun write counts as in flight: the send timeout, and a
-// margin for the commit after it.
-const writeWindow = sendTimeout + 5*time.Second
+// stopped waits, after a pause or a disable, until no write can start for dest on any
+// replica, and reports whether one was under way (it may still land). The change reached
+// the lease holder on its account's control stream: the holder stops starting writes
+// and answers (store.Ack). A holder that does not answer within its lease is frozen,
+// cut off or dead, and by then its lease has run out: a holder starts no write past
+// its lease, nor after a renewal that shows the state changed, before reading the
+// state (worker.startWrite). With no lease held, the next holder reads the state first.
+func (d *Dispatcher) stopped(ctx context.Context, dest destination.Destination, res store.StatusResult) (inFlight bool) {
+	if res.Holder == 0 {
+		return false
+	}
+	d.mu.Lock()
+	w := d.workers[dest.ID]
+	d.mu.Unlock()
+	if w != nil && w.token == res.Holder {
+		return w.halt() // the holder is this replica
+	}
+	tok, inFlight, err := d.opts.Store.WaitAck(ctx, dest.Account, res.Ack, d.opts.Delivery.LeaseTTL+time.Second)
+	switch {
+	case err == nil && tok == res.Holder:
+		return inFlight
+	case err == nil:
+		return true // a newer holder answered: the one before may have had a write under way
+	default:
+		d.opts.Logger.Warn("the lease holder did not answer a status change within its lease; its lease ran out",
+			"destination", dest.ID, "error", err)
+		return true // unknown: a write it started before may still land
+	}
+}
 
 // Disable switches a destination off on an operator's word, and with it the account's
 // other destinations in the same AWS account or Google Cloud project. It returns the
@@ -119,25 +146,36 @@ func (d *Dispatcher) Disable(ctx context.Context, id, reason string) (Disabled, 
 			}
 		}
 	}
+	var results []store.StatusResult
 	for _, t := range targets {
 		r := reason
 		if t.ID != dest.ID {
 			r = fmt.Sprintf("%s (with %s: same %s)", reason, dest.ID, dest.CloudScope())
 		}
 		res, err := d.opts.Store.ChangeStatus(ctx, store.StatusChange{Ref: ref(t), Status: store.Disabled, Reason: r,
-			Operator: true, WriteWindow: writeWindow, ChannelRetention: d.opts.Delivery.ChannelRetention})
+			Operator: true, ChannelRetention: d.opts.Delivery.ChannelRetention})
 		if err != nil {
 			return out, fmt.Errorf("disable %s: %w", t.ID, err)
 		}
+		d.touch(t.ID)
 		out.IDs = append(out.IDs, t.ID)
-		if res.WriteInFlight {
-			out.InFlight = append(out.InFlight, t.ID)
-		}
+		results = append(results, res)
 		if res.Changed {
 			d.announceDisabled(ctx, t)
 		}
 	}
-	d.notify(dest.Account)
+	// Each holder answers on its own: wait for them together.
+	inFlight := make([]bool, len(targets))
+	var wg sync.WaitGroup
+	for i, res := range results {
+		wg.Go(func() { inFlight[i] = d.stopped(ctx, targets[i], res) })
+	}
+	wg.Wait()
+	for i, t := range targets {
+		if inFlight[i] {
+			out.InFlight = append(out.InFlight, t.ID)
+		}
+	}
 	return out, nil
 }
 
@@ -167,7 +205,7 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 		if !passed {
 			return failures.Outcome{Class: failures.Rejected, Message: msg}, nil // counted nowhere: it is pending
 		}
-		d.notify(dest.Account) // its worker starts delivering what waited
+		d.touch(id) // its worker, if on this replica, starts delivering what waited
 		checked = true
 	}
 	now := d.opts.Now().UTC()
@@ -202,6 +240,11 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	}
 	if res.Disabled {
 		d.announceDisabled(ctx, dest)
+		// The test's rejection disabled it: the lease holder reads the status now.
+		if err := d.opts.Store.Notify(ctx, ref(dest), store.ControlStatus); err != nil {
+			d.opts.Logger.Warn("the lease holder was not told of the disable", "destination", dest.ID, "error", err)
+		}
+		d.touch(id)
 	}
 	return outcome, nil
 }

@@ -1,7 +1,9 @@
 // Package dispatch delivers each account's events to its destinations: one ordered
-// worker per destination this replica holds a lease for, one write in flight at a time,
-// the outcome committed with the cursor in one step. It acts on what failures decides
-// and never writes to a bus itself: the Sinks do.
+// worker per destination this replica holds a lease for, one write in flight at a time.
+// A replica reads each account's log once for all its destinations (feed.go), learns
+// of state changes from a control stream read with it (wake.go), and commits outcomes
+// behind the writes (committer.go). It acts on what failures decides and never writes
+// to a bus itself: the Sinks do.
 package dispatch
 
 import (
@@ -45,7 +47,9 @@ type Options struct {
 	Outbox   Nudger           // nil: operator events wait for the outbox's periodic sweep
 	Logger   *slog.Logger     // nil: discarded
 	Metrics  *Metrics         // nil: not exported
-	Poll     time.Duration    // how often an idle worker looks again without a wake-up (default 1s)
+	// Poll is how often the log watcher looks at the leases held, and how long a log
+	// follower waits after a Redis error (default 1s). No destination polls.
+	Poll time.Duration
 	// MaxActive bounds how many workers run a pass (read, write, commit) at once
 	// (default 256): the goroutines of the pool that runs them (pool.go). With thousands
 	// of destinations waking together, the rest wait their turn in its queue instead of
@@ -67,11 +71,14 @@ type Dispatcher struct {
 	storePaths atomic.Pointer[map[string][]string] // per account; read for each message
 	pool       pool                                // runs the passes of the workers with work
 
-	mu       sync.Mutex
-	dests    map[string]destination.Destination // by id, as configured
-	loaded   bool                               // SetDestinations ran once: later calls are reloads
-	workers  map[string]*worker                 // by id, the leases held
-	accounts map[string]map[*worker]struct{}    // the same workers by account, to wake on new events
+	mu         sync.Mutex
+	dests      map[string]destination.Destination // by id, as configured
+	loaded     bool                               // SetDestinations ran once: later calls are reloads
+	workers    map[string]*worker                 // by id, the leases held
+	accounts   map[string]map[*worker]struct{}    // the same workers by account, to wake on new events
+	feeds      map[string]*feed                   // by account: its log as last read (feed.go)
+	committers map[string]*committer              // by account (committer.go)
+	ended      atomic.Bool                        // Run returned: commits give up on an unreachable Redis sooner
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -92,6 +99,9 @@ func New(opts Options) *Dispatcher {
 		opts.Delivery.SetupCheck.Initial = time.Minute
 	}
 	opts.Delivery.SetupCheck.Max = max(opts.Delivery.SetupCheck.Max, opts.Delivery.SetupCheck.Initial)
+	if opts.Delivery.UncommittedMax <= 0 {
+		opts.Delivery.UncommittedMax = 32
+	}
 	if opts.MaxActive <= 0 {
 		opts.MaxActive = 256
 	}
@@ -99,7 +109,8 @@ func New(opts Options) *Dispatcher {
 		opts.Owner = "relay-" + randomHex(6)
 	}
 	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{},
-		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{}}
+		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
+		feeds: map[string]*feed{}, committers: map[string]*committer{}}
 	d.SetAccounts(opts.Accounts)
 	return d
 }
@@ -193,7 +204,7 @@ func (d *Dispatcher) Destination(id string) (destination.Destination, bool) {
 }
 
 // Run holds leases and runs workers until ctx is cancelled; then each worker finishes
-// its write in flight, commits, and its lease is released.
+// its write in flight, its commits are recorded, and its lease is released.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -205,6 +216,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.balance(ctx)
 		select {
 		case <-ctx.Done():
+			d.ended.Store(true)
 			d.stopAll()
 			wg.Wait()
 			_ = d.opts.Store.Leave(context.WithoutCancel(ctx), d.opts.Owner)
@@ -213,6 +225,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// stopping says Run's context ended.
+func (d *Dispatcher) stopping() bool { return d.ended.Load() }
 
 func ref(dest destination.Destination) store.Ref {
 	return store.Ref{Account: dest.Account, ID: dest.ID, Connector: string(dest.Connector)}

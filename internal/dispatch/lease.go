@@ -37,22 +37,25 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	}
 	d.mu.Unlock()
 
-	// Renew what we hold; a lease that came back with another token (or none) is lost.
+	// Renew what we hold, in one round trip per master; a lease that came back with
+	// another token (or none) is lost. A renewal that kept the lease makes it ours for
+	// most of ttl from when it was sent, and says whether the state changed.
 	refs := make([]store.Ref, len(held))
 	for i, w := range held {
 		refs[i] = ref(w.dest)
 	}
-	if tokens, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl); err == nil {
-		d.mu.Lock()
+	sent := time.Now()
+	if leases, err := d.opts.Store.RenewLeases(ctx, refs, d.opts.Owner, ttl); err == nil {
 		for i, w := range held {
-			if tokens[i] != w.token {
+			if leases[i].Token != w.token {
 				// Stop it, but keep it listed until it has finished its write in flight:
 				// only then may a new worker (with the new token) start for it.
 				d.opts.Logger.Warn("lease lost", "destination", w.dest.ID)
 				w.stop()
+				continue
 			}
+			w.renewed(sent, ttl, leases[i].Control)
 		}
-		d.mu.Unlock()
 	}
 
 	// Each replica walks the destinations from its own starting point, so replicas
@@ -98,6 +101,7 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	for _, dest := range want {
 		refs = append(refs, ref(dest))
 	}
+	sent = time.Now()
 	tokens, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl)
 	if err != nil {
 		return
@@ -109,7 +113,7 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		if tokens[i] == 0 || !configured || current.Fingerprint() != dest.Fingerprint() {
 			continue // taken by another replica, or the config changed meanwhile
 		}
-		d.addWorker(d.startWorker(ctx, dest, tokens[i]))
+		d.addWorker(d.startWorker(ctx, dest, tokens[i], sent.Add(ttl-ttl/10)))
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // A destination has no goroutine of its own. A worker waiting for work is parked: a few
-// fields and, at most, a timer. It is queued when it has something to do (its account's
-// log grew, a control change, its poll interval or backoff ran out, or it was stopped),
+// fields and, at most, a timer (a backoff, a setup check). It is queued when it has
+// something to do (its account's log grew, a control entry, a lease renewal after a
+// lapse, its timer ran out, or it was stopped),
 // and a pool of at most Options.MaxActive goroutines runs the passes of queued workers,
 // one pass of one worker at a time, in the order they were queued. A pool goroutine ends
 // when the queue is empty, so an idle relay holds no goroutine (and no grown stack) per
@@ -20,8 +21,8 @@ import (
 
 // The states of a worker (life.state).
 const (
-	parked  = iota // waiting for new events, a control change or its poll interval
-	backoff        // waiting out a not-taken backoff: only its timer (or a stop) queues it
+	parked  = iota // waiting for new events or a control change; no timer
+	backoff        // waiting for its timer (a backoff, a setup check): only it (or a stop) queues it
 	queued         // waiting for a pool goroutine
 	running        // a pool goroutine runs its pass
 	ended          // finished: its write in flight committed, it runs no more
@@ -38,14 +39,14 @@ type life struct {
 	stopped  bool
 	cancel   context.CancelFunc // the running turn's context, nil between turns
 	woken    bool               // woken while running: it runs again at once rather than parking
-	timer    *time.Timer        // queues it at the end of its poll interval or backoff
+	timer    *time.Timer        // queues it at the end of its backoff
 	gen      int                // counts the timers set, so a timer replaced while firing does nothing
 	finished chan struct{}
 }
 
 // startWorker makes the worker of a lease just taken and queues its first pass.
-func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64) *worker {
-	w := &worker{d: d, dest: dest, token: token}
+func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64, validUntil time.Time) *worker {
+	w := &worker{d: d, dest: dest, token: token, stale: true, validUntil: validUntil}
 	w.life = life{parent: ctx, state: parked, finished: make(chan struct{})}
 	w.ready()
 	return w
@@ -73,7 +74,8 @@ func (w *worker) done() bool {
 }
 
 // wake tells a worker its account's log grew, or its destination changed: a parked one
-// is queued; one in backoff keeps waiting (its next pass reloads the state anyway).
+// is queued; one in backoff keeps waiting (a change marked its state stale, which its
+// next pass reads first).
 func (w *worker) wake() {
 	l := &w.life
 	l.mu.Lock()
@@ -107,12 +109,15 @@ func (w *worker) queueLocked() {
 }
 
 // waitLocked sets the worker in state (parked or backoff) until its timer queues it
-// after wait (or something else does first).
+// after wait (or something else does first); with no wait, no timer is set.
 func (w *worker) waitLocked(state int, wait time.Duration) {
 	l := &w.life
 	l.state = state
 	l.gen++
 	gen := l.gen
+	if wait <= 0 {
+		return
+	}
 	l.timer = time.AfterFunc(wait, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -161,8 +166,8 @@ func (d *Dispatcher) serve() {
 	}
 }
 
-// turn runs one pass of the worker and waits for its last commit, then parks it, sets it
-// in backoff, queues it again (more to do) or ends it (stopped, or its lease is another's).
+// turn runs one pass of the worker, then parks it, sets it in backoff, queues it again
+// (more to do) or ends it (stopped, or its lease is another's).
 func (w *worker) turn() {
 	l := &w.life
 	l.mu.Lock()
@@ -177,11 +182,6 @@ func (w *worker) turn() {
 
 	log := w.d.opts.Logger.With("destination", w.dest.ID)
 	idle, err := w.pass(ctx, log)
-	// The pass's last commit is settled within the turn, while its context lives: a
-	// commit retrying while Redis is unreachable keeps retrying until a stop.
-	if settled := w.flush(ctx); err == nil || errors.Is(settled, store.ErrStaleLease) {
-		err = settled
-	}
 	stopped := ctx.Err() != nil
 	l.mu.Lock()
 	l.cancel = nil
@@ -198,23 +198,24 @@ func (w *worker) turn() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var retry notTaken
+	var wait idleFor
 	switch {
-	case errors.As(err, &retry):
-		// A destination in backoff must not keep others from their turn. The next pass
-		// reloads the state: a pause, disable or activation meanwhile (from any replica)
-		// is seen before the retry.
-		w.waitLocked(backoff, retry.pause)
+	case errors.As(err, &wait):
+		// A destination in backoff must not keep others from their turn. A pause,
+		// disable or activation meanwhile (from any replica) marks its state stale,
+		// which the next pass reads before the retry.
+		w.waitLocked(backoff, wait.pause)
 	case idle && !l.woken:
-		w.waitLocked(parked, w.d.opts.Poll)
+		w.waitLocked(parked, 0)
 	default:
 		w.queueLocked()
 	}
 }
 
-// end finishes the worker: its write in flight is committed, and it runs no more.
+// end finishes the worker: its write in flight and the commits on their way are
+// recorded, and it runs no more.
 func (w *worker) end() {
-	_ = w.flush(w.life.parent)
+	w.commits.room(1) // none on its way
 	l := &w.life
 	l.mu.Lock()
 	defer l.mu.Unlock()

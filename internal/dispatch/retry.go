@@ -26,7 +26,7 @@ func (d *Dispatcher) Retry(ctx context.Context, id string, n int64) (store.Retry
 		return req, err
 	}
 	d.opts.Logger.Info("retry asked for", "destination", id, "event_id", req.EventID, "retry_of", n, "attempt", req.Attempt)
-	d.notify(dest.Account) // an idle worker of this replica takes it now; another's at its next poll
+	d.touch(id) // this replica's worker, if any, takes it now; another's on the control entry
 	return req, nil
 }
 
@@ -57,9 +57,13 @@ func (w *worker) retries(ctx context.Context, dest destination.Destination, log 
 			return nil
 		default:
 			msg := w.d.message(dest, e)
+			if !w.startWrite() {
+				return errStop // the fence: a status change or a lapsed lease
+			}
 			sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 			outcome := failures.Classify(w.d.sink(dest).Send(sendCtx, dest, msg))
 			cancel()
+			w.endWrite()
 			done.Kind, done.MessageID, done.Message = string(outcome.Class), msg.ID, outcome.Message
 			if outcome.Class == failures.Delivered {
 				done.Message = "delivered"

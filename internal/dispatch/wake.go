@@ -5,19 +5,26 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mercamap/relay/internal/store"
 )
 
-// maxFollowers bounds the blocking reads the log watcher holds open, each on its own
-// Redis connection: on Redis Cluster one per hash slot with followed accounts. Accounts
-// past it are not followed; their workers find new events by polling (Options.Poll).
+// maxFollowers bounds the blocking reads the log followers hold open, each on its own
+// Redis connection: on Redis Cluster one per hash slot with followed accounts. The
+// workers of accounts past it read the log themselves when a control entry, a renewal
+// or a timer wakes them, as a destination behind its feed does.
 const maxFollowers = 32
 
-// watchLogs follows the logs of every account with destinations and wakes that
-// account's workers when events arrive, so an idle worker does not have to poll fast.
-// A blocking read covers one group of accounts (store.LogGroups: all of them on one
-// server, one hash slot's on Redis Cluster), so each group has its own follower. Every
-// Poll (at most a second) it looks at the destinations configured then: an account
-// added by a reload is followed from then on, one removed is no longer read.
+// followCount is the most entries of one stream a follower's read takes.
+const followCount = 256
+
+// watchLogs follows the logs and control streams of every account this replica holds
+// leases in: one blocking read per group of accounts (store.LogGroups: all of them on
+// one server, one hash slot's on Redis Cluster). The entries it reads go into each
+// account's feed for all its destinations, and wake them; the control entries reach the
+// worker they name. Every Poll (at most a second) it looks at the leases held then: an
+// account whose first lease was just taken is followed from then on, one with none left
+// is no longer read. This is the replica's only loop: nothing runs per destination.
 func (d *Dispatcher) watchLogs(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -28,7 +35,7 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 		}
 	}()
 	for ctx.Err() == nil {
-		groups := d.opts.Store.LogGroups(d.configuredAccounts())
+		groups := d.opts.Store.LogGroups(d.leasedAccounts())
 		wanted := map[string]bool{}
 		for _, g := range groups[:min(len(groups), maxFollowers)] {
 			key := strings.Join(g, ",")
@@ -50,58 +57,122 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 	}
 }
 
-// configuredAccounts returns the accounts with destinations, each once: without a copy of
-// every destination each time (watchLogs asks every second).
-func (d *Dispatcher) configuredAccounts() []string {
+// leasedAccounts returns the accounts this replica holds leases in, each once.
+func (d *Dispatcher) leasedAccounts() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	seen := map[string]bool{}
-	var out []string
-	for _, dest := range d.dests {
-		if !seen[dest.Account] {
-			seen[dest.Account] = true
-			out = append(out, dest.Account)
-		}
+	out := make([]string, 0, len(d.accounts))
+	for acct := range d.accounts {
+		out = append(out, acct)
 	}
 	return out
 }
 
-// follow wakes the workers of accts (one group of store.LogGroups) whenever their logs
-// grow, until ctx ends.
+// follow reads the logs and control streams of accts (one group of store.LogGroups)
+// until ctx ends. Where it starts, or starts again after an error, it may have missed
+// entries of both: the feeds start over at the logs' ends and every worker of the
+// group reads its state again.
 func (d *Dispatcher) follow(ctx context.Context, accts []string) {
-	after := map[string]string{}
-	for ctx.Err() == nil {
+	at := map[string]store.FollowPoint{}
+	me := &follower{}
+	defer func() {
 		for _, acct := range accts {
-			if _, ok := after[acct]; ok {
-				continue
-			}
-			id, err := d.opts.Store.LastLogID(ctx, acct)
-			if err != nil {
-				break
-			}
-			after[acct] = id
+			d.feedOf(acct).stop(me)
 		}
-		if len(after) < len(accts) {
-			sleep(ctx, d.opts.Poll) // workers still poll on their own meanwhile
-			continue
-		}
-		news, err := d.opts.Store.WaitLogs(ctx, after, time.Second)
-		if err != nil {
+	}()
+	for ctx.Err() == nil {
+		if len(at) < len(accts) && !d.startFollowing(ctx, me, accts, at) {
 			sleep(ctx, d.opts.Poll)
 			continue
 		}
-		for acct, id := range news {
-			after[acct] = id
+		got, err := d.opts.Store.FollowLogs(ctx, at, time.Second, followCount)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.opts.Logger.Warn("cannot follow the account logs; starting over", "accounts", len(accts), "error", err)
+			}
+			for _, acct := range accts {
+				d.feedOf(acct).stop(me)
+			}
+			clear(at)
+			sleep(ctx, d.opts.Poll)
+			continue
+		}
+		for _, c := range got.Controls {
+			d.controlled(c)
+		}
+		for acct, es := range got.Entries {
+			d.feedOf(acct).add(me, es)
 			d.notify(acct)
 		}
 	}
 }
 
-// notify wakes the workers of acct: its log grew, or one of its destinations changed.
+// startFollowing finds where each account of accts not yet in at starts (the ends of
+// its log and control stream) and makes its workers read their state again.
+func (d *Dispatcher) startFollowing(ctx context.Context, me *follower, accts []string, at map[string]store.FollowPoint) bool {
+	for _, acct := range accts {
+		if _, ok := at[acct]; ok {
+			continue
+		}
+		p, err := d.opts.Store.FollowStart(ctx, acct)
+		if err != nil {
+			return false
+		}
+		at[acct] = p
+		d.feedOf(acct).start(me, p.Log)
+		d.staleAll(acct)
+	}
+	return true
+}
+
+// controlled passes a control entry to the worker it names, if this replica holds its
+// lease: the state in hand is stale, and a status change that asked for an answer
+// stops its writes first, then is answered.
+func (d *Dispatcher) controlled(c store.Control) {
+	d.mu.Lock()
+	w := d.workers[c.Destination]
+	d.mu.Unlock()
+	if w == nil || w.dest.Account != c.Account {
+		return // another replica's, or nobody's: the next holder reads the state first
+	}
+	if c.Ack != "" {
+		inFlight := w.halt()
+		if err := d.opts.Store.Ack(context.Background(), c.Account, c.Ack, w.token, inFlight); err != nil {
+			d.opts.Logger.Warn("status change not answered", "destination", c.Destination, "error", err)
+		}
+	} else {
+		w.markStale()
+	}
+	w.wake()
+}
+
+// staleAll makes every worker of acct read its state before its next write, and wakes it.
+func (d *Dispatcher) staleAll(acct string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for w := range d.accounts[acct] {
+		w.markStale()
+		w.wake()
+	}
+}
+
+// notify wakes the workers of acct: its log grew.
 func (d *Dispatcher) notify(acct string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for w := range d.accounts[acct] {
+		w.wake()
+	}
+}
+
+// touch tells this replica's worker of dest, if any, that its state changed (an API
+// call on this replica): it need not wait for the control entry.
+func (d *Dispatcher) touch(id string) {
+	d.mu.Lock()
+	w := d.workers[id]
+	d.mu.Unlock()
+	if w != nil {
+		w.markStale()
 		w.wake()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/mercamap/relay/internal/destination"
@@ -16,72 +17,187 @@ import (
 // SIGTERM finishes and is committed.
 const sendTimeout = 30 * time.Second
 
-// readBatch is how many log entries a worker reads at a time.
+// readBatch is how many log entries a pass takes at a time.
 const readBatch = 64
 
-// worker delivers one destination's events in order while its lease is held.
+// worker delivers one destination's events in order while its lease is held. It keeps
+// what it needs in memory (status, cursor, epoch, ExternalId) and reads the stored
+// state only when told it changed (a control entry, a newer control version at the
+// lease renewal, a lease that lapsed): nothing is read per write or per second.
 type worker struct {
 	d     *Dispatcher
 	dest  destination.Destination
 	token int64
 	life  life // when it runs, waits, ends (pool.go)
-	// held is the outcome of the last ended message, not committed yet: it is committed
-	// in the script that begins the next write (Commit.Next), or alone by flush.
-	held     *store.Commit
+
+	// fence guards what decides whether a write may start. A write starts only while
+	// the state in hand is current (not stale), no status change halted it, and the
+	// lease is surely still ours (validUntil, on this process's monotonic clock): so a
+	// pause the API answered stops writes here at once, and a holder that was frozen
+	// past its lease starts none before it has read the state again.
+	fence      sync.Mutex
+	stale      bool      // the stored state changed since it was read: read it before any write
+	halted     bool      // a pause or disable asked for an answer: no write until the state is read
+	writing    bool      // a write is under way
+	validUntil time.Time // the lease is ours until then
+	control    int64     // the control version of the state in hand (store.State.Control)
+
+	// The state in hand, read by the pass that loaded it; only the worker's own turn
+	// touches these.
+	status     string
+	epoch      string // writes and commits are fenced by it: a replay or activation moves it
+	cursor     string // the log id of the last event that ended here (committed or on its way)
+	externalID string
+	retriesQ   bool
+
 	retrying string        // the log id of the message in not-taken backoff, if any
 	backoff  time.Duration // its next backoff
-	status   string        // the status the last pass found ("" before the first)
-	epoch    string        // the state's epoch the pass read: writes and commits are fenced by it
 	// nextCheck is when a pending destination's setup check runs next (zero: at once),
 	// checkEvery the wait after the next failure.
 	nextCheck  time.Time
 	checkEvery time.Duration
+
+	commits uncommitted // the delivered outcomes on their way to Redis (committer.go)
 }
 
 // errStop ends the worker's current pass: the destination is not active any more, the
-// lease was lost, or the replica is shutting down.
+// state in hand is stale, the lease was lost, or the replica is shutting down.
 var errStop = errors.New("stop delivering")
 
-// notTaken ends a pass whose message the bus did not take: the worker waits pause in
-// backoff, without a goroutine (pool.go), and the next pass retries it from the cursor.
-type notTaken struct{ pause time.Duration }
+// idleFor ends a pass that has nothing to do before a timer: a not-taken message's
+// backoff, a pending destination's next setup check, Redis unreachable. The worker
+// waits without a goroutine (pool.go) and its next pass starts from the state in hand.
+type idleFor struct{ pause time.Duration }
 
-func (notTaken) Error() string { return "not taken; retry after a backoff" }
+func (idleFor) Error() string { return "nothing to do before a timer" }
 
-// pass delivers the next batch of the log past the destination's cursor. idle: there is
-// nothing to do until the log grows (not active, nothing new, or Redis unreachable).
-func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err error) {
+// markStale says the stored state changed: the next pass reads it before writing.
+func (w *worker) markStale() {
+	w.fence.Lock()
+	w.stale = true
+	w.fence.Unlock()
+}
+
+// halt stops writes at once for a status change that asked for an answer; it reports
+// whether a write is under way (it may still land; none starts after it).
+func (w *worker) halt() (inFlight bool) {
+	w.fence.Lock()
+	defer w.fence.Unlock()
+	w.halted, w.stale = true, true
+	return w.writing
+}
+
+// renewed records a lease renewal sent at sent that kept the lease: it is ours for most
+// of ttl from then. A control version newer than the state in hand (a change whose
+// control entry this replica missed) makes the state stale.
+func (w *worker) renewed(sent time.Time, ttl time.Duration, control int64) {
+	w.fence.Lock()
+	lapsed := !time.Now().Before(w.validUntil)
+	w.validUntil = sent.Add(ttl - ttl/10)
+	if control > w.control || lapsed {
+		w.stale = true
+	}
+	w.fence.Unlock()
+	if lapsed {
+		w.ready() // it parked when its lease lapsed
+	}
+}
+
+// startWrite is the write fence: it says whether a write may start now, and marks it
+// under way.
+func (w *worker) startWrite() bool {
+	w.fence.Lock()
+	defer w.fence.Unlock()
+	if !time.Now().Before(w.validUntil) {
+		w.stale = true // frozen or cut off past the lease: read the state again first
+		return false
+	}
+	if w.stale || w.halted || w.status != store.Active {
+		return false
+	}
+	w.writing = true
+	return true
+}
+
+func (w *worker) endWrite() {
+	w.fence.Lock()
+	w.writing = false
+	w.fence.Unlock()
+}
+
+// leaseValid says the lease is surely still ours.
+func (w *worker) leaseValid() bool {
+	w.fence.Lock()
+	defer w.fence.Unlock()
+	return time.Now().Before(w.validUntil)
+}
+
+// load reads the stored state when the one in hand is stale (or was never read).
+func (w *worker) load(ctx context.Context, log *slog.Logger) error {
+	w.fence.Lock()
+	if !w.stale {
+		w.fence.Unlock()
+		return nil
+	}
+	w.stale = false // a change from now on makes it stale again
+	w.fence.Unlock()
 	st, err := w.d.opts.Store.LoadState(ctx, ref(w.dest))
 	if err != nil {
-		log.Warn("cannot load destination state", "error", err)
-		return true, nil
+		w.markStale()
+		return err
 	}
-	if st.Status == store.Pending {
-		w.status = st.Status
-		if !w.d.opts.Now().Before(w.nextCheck) && w.checkSetup(ctx, log) {
+	if w.status == store.Active && st.Status != store.Active {
+		log.Info("deliveries stopped: the destination is not active", "status", st.Status)
+	}
+	w.fence.Lock()
+	w.halted = false // the state read now is the one the status change left
+	w.control = max(w.control, st.Control)
+	w.status = st.Status
+	w.fence.Unlock()
+	w.epoch, w.cursor, w.externalID, w.retriesQ = st.Epoch, st.Cursor, st.ExternalID, st.RetriesQueued
+	return nil
+}
+
+// pass delivers the next batch of the log past the destination's cursor. idle: there is
+// nothing to do until something wakes it (new events, a control entry, a renewal).
+func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err error) {
+	if !w.leaseValid() {
+		return true, nil // the next renewal wakes it, or ends it when the lease is another's
+	}
+	if err := w.load(ctx, log); err != nil {
+		log.Warn("cannot load destination state", "error", err)
+		return false, idleFor{pause: time.Second}
+	}
+	switch w.status {
+	case store.Active:
+	case store.Pending:
+		if wait := w.nextCheck.Sub(w.d.opts.Now()); wait > 0 {
+			return false, idleFor{pause: wait}
+		}
+		if w.checkSetup(ctx, log) {
 			return false, nil // active now: the next pass, at once, delivers what waited
 		}
-		return true, nil
+		return false, idleFor{pause: w.checkEvery}
+	default:
+		return true, nil // paused or disabled: an activation's control entry wakes it
 	}
-	if st.Status != store.Active {
-		if w.status == store.Active {
-			log.Info("deliveries stopped: the destination is not active", "status", st.Status)
-		}
-		w.status = st.Status
-		return true, nil
-	}
-	w.status, w.epoch = st.Status, st.Epoch
 	dest := w.dest
-	dest.ExternalID = st.ExternalID
-	if st.RetriesQueued { // retries asked for go between ordered deliveries (retry.go)
+	dest.ExternalID = w.externalID
+	if w.retriesQ { // retries asked for go between ordered deliveries (retry.go)
 		if err := w.retries(ctx, dest, log); err != nil {
 			return false, err
 		}
+		w.retriesQ = false
 	}
-	entries, err := w.d.opts.Store.ReadLog(ctx, w.dest.Account, st.Cursor, readBatch)
-	if err != nil {
-		log.Warn("cannot read the account log", "error", err)
-		return true, nil
+	// The account's entries this replica read once, for all its destinations; a
+	// destination behind them reads its own backlog until it catches up.
+	entries, ok := w.d.feedOf(w.dest.Account).after(w.cursor, readBatch)
+	if !ok {
+		entries, err = w.d.opts.Store.ReadLog(ctx, w.dest.Account, w.cursor, readBatch)
+		if err != nil {
+			log.Warn("cannot read the account log", "error", err)
+			return false, idleFor{pause: time.Second}
+		}
 	}
 	if len(entries) == 0 {
 		return true, nil
@@ -105,8 +221,10 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 		store.PendingCheck{At: now.UTC(), Message: msg, NextCheck: next.UTC()}, w.d.opts.Delivery.ChannelRetention)
 	if err != nil {
 		log.Warn("setup check not recorded", "error", err)
+		w.nextCheck = now.Add(time.Second)
 		return false
 	}
+	w.markStale() // the status it left (active, or changed meanwhile) is read next
 	if passed {
 		log.Info("setup check passed; the destination is active", "status", status)
 		w.nextCheck, w.checkEvery = time.Time{}, 0
@@ -117,9 +235,7 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 	return false
 }
 
-// deliverAll takes entries in order; it returns early when the destination stops. The
-// last ended message's outcome is committed before it returns (when it returns early,
-// the pool's turn commits it).
+// deliverAll takes entries in order; it returns early when the destination stops.
 func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, entries []store.LogEntry) error {
 	skipped := ""
 	for _, e := range entries {
@@ -132,27 +248,24 @@ func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, e
 		}
 		skipped = ""
 		if err := w.deliver(ctx, dest, e); err != nil {
-			return err // errStop, notTaken: run reloads the state; a stale lease ends the worker
+			return err // errStop, idleFor: the next pass reads the state if it changed
 		}
 	}
-	if err := w.flush(ctx); err != nil {
-		return err
-	}
 	if skipped != "" { // the batch ended on filtered-out events: move past them
-		_, err := w.commit(ctx, store.Commit{Kind: store.KindSkip, Cursor: skipped})
-		return err
+		w.cursor = skipped
+		return w.commitBehind(ctx, store.Commit{Kind: store.KindSkip, Cursor: skipped})
 	}
 	return nil
 }
 
-// deliver writes one event: delivered, rejected or expired end it; not taken is
-// committed (it shows on the card, never counts) and returned as notTaken, holding the
-// destination's later events behind it until a later pass retries it. An ended
-// message's outcome is held and committed in the same script that begins the next
-// write (one Redis round trip between two writes, and a crash re-sends at most the one
-// message whose commit was held). Each write starts behind that fence, one Redis step
-// that checks the status: a pause or disable stored during a write lets that write
-// finish, and none after it.
+// deliver writes one event. Delivered: the outcome goes to Redis behind the write
+// (committer.go) and the next write starts at once. Rejected and expired end the
+// message and are committed before the next write, which may not start if the count
+// disabled the destination. Not taken is committed (it shows on the card, never
+// counts) and returned as idleFor, holding the destination's later events behind it
+// until a later pass retries it. Each write starts behind the fence (startWrite): a
+// pause or disable this replica has heard of, or a lease it cannot be sure of, lets
+// the write under way finish and starts none after it.
 func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
 	cfg := w.d.opts.Delivery
 	msg := w.d.message(dest, e)
@@ -161,116 +274,94 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	}
 	arrived := store.EntryTime(e.ID)
 	if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
-		if err := w.flush(ctx); err != nil {
+		res, err := w.commitNow(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
+			MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
+		if err != nil {
 			return err
 		}
-		_, err := w.commit(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
-			MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
-		return err
+		w.cursor = e.ID
+		return w.stopAfter(res, e.ID)
 	}
-	if err := w.begin(ctx, e); err != nil {
-		return err
+	w.commits.room(cfg.UncommittedMax)
+	if ctx.Err() != nil {
+		return errStop // a commit behind found the lease another's
+	}
+	if !w.startWrite() {
+		w.d.opts.Logger.Info("write not started: the destination changed", "destination", w.dest.ID, "event_id", e.EventID)
+		return errStop
 	}
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	started := time.Now()
 	endSpan := w.d.startWrite(dest, e)
-	err := w.d.sink(dest).Send(sendCtx, dest, msg)
+	sendErr := w.d.sink(dest).Send(sendCtx, dest, msg)
 	cancel()
-	outcome := failures.Classify(err)
+	w.endWrite()
+	outcome := failures.Classify(sendErr)
 	endSpan(string(outcome.Class), outcome.Message)
 	w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
 	w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
-		"class", string(outcome.Class), "code", failures.Code(err), "message", outcome.Message)
-	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message, Wrote: e.ID}
-	if outcome.Class != failures.NotTaken {
-		c.Cursor = e.ID
-		w.held = &c // committed with the next write's begin, or by flush
-		return nil
+		"class", string(outcome.Class), "code", failures.Code(sendErr), "message", outcome.Message)
+	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message, Cursor: e.ID}
+	switch outcome.Class {
+	case failures.Delivered:
+		w.cursor = e.ID
+		return w.commitBehind(ctx, c)
+	case failures.Rejected:
+		res, err := w.commitNow(ctx, c)
+		if err != nil {
+			return err
+		}
+		w.cursor = e.ID
+		return w.stopAfter(res, e.ID)
 	}
-	res, err := w.commit(ctx, c)
+	c.Cursor = "" // not taken: the message is sent again
+	res, err := w.commitNow(ctx, c)
 	if err != nil {
 		return err
 	}
-	if stopAfter(res, "") != nil {
-		return errStop // paused or disabled meanwhile: no retry
+	if err := w.stopAfter(res, ""); err != nil {
+		return err // paused or disabled meanwhile: no retry
 	}
-	if until := failures.Wait(err); until > 0 {
+	if until := failures.Wait(sendErr); until > 0 {
 		// The sink knows when the next attempt can be taken (a spent STS budget, a
 		// session backoff): wait exactly that, without doubling the backoff for it.
-		return notTaken{pause: until}
+		return idleFor{pause: until}
 	}
 	wait := w.backoff
 	w.backoff = min(2*wait, cfg.NotTakenBackoff.Max)
-	return notTaken{pause: wait/2 + rand.N(wait/2+1)}
-}
-
-// begin starts the write of e behind the write fence: one Redis step that checks that
-// the destination is still active (and e still past its cursor) and marks the write as
-// started, so a pause or disable the API answered is seen here, on whichever replica
-// holds the lease, and no write starts. The held outcome of the message before, if any,
-// is committed in the same script (Commit.Next). errStop when the write must not start
-// (or that commit left the destination stopped); ErrStaleLease when the lease is
-// another's.
-func (w *worker) begin(ctx context.Context, e store.LogEntry) error {
-	var res string
-	var err error
-	if h := w.held; h != nil {
-		w.held = nil
-		h.Next = e.ID
-		// The fence runs after the commit's own changes: a commit that disabled the
-		// destination refuses it ("disabled"), and an activation or a replay since the
-		// state was read, which moved the cursor, makes it "moved" or "skipped".
-		var c store.Committed
-		if c, err = w.commit(ctx, *h); err != nil {
-			return err // errStop or ErrStaleLease
-		}
-		res = c.Began
-	} else {
-		res, err = w.d.opts.Store.BeginWrite(context.WithoutCancel(ctx), ref(w.dest), w.token, e.ID, w.epoch)
-	}
-	switch {
-	case errors.Is(err, store.ErrStaleLease), errors.Is(err, store.ErrUnknownDestination):
-		return store.ErrStaleLease
-	case err != nil:
-		w.d.opts.Logger.Warn("cannot mark a write as started; the pass ends", "destination", w.dest.ID, "error", err)
-		return errStop
-	case res != "ok":
-		w.d.opts.Logger.Info("write not started: the destination changed", "destination", w.dest.ID,
-			"event_id", e.EventID, "status", res)
-		return errStop
-	}
-	return nil
-}
-
-// flush commits the held outcome, if any: errStop when the commit left the destination
-// not active (or its cursor elsewhere), ErrStaleLease when the lease was lost.
-func (w *worker) flush(ctx context.Context) error {
-	h := w.held
-	if h == nil {
-		return nil
-	}
-	w.held = nil
-	res, err := w.commit(ctx, *h)
-	if err != nil {
-		return err
-	}
-	return stopAfter(res, h.Cursor)
+	return idleFor{pause: wait/2 + rand.N(wait/2+1)}
 }
 
 // stopAfter reports errStop when a commit found the destination not active, or its
 // cursor not at the message just ended: an activation meanwhile skipped the events that
 // arrived while it was stopped, or a replay moved it back, so the rest of the batch in
-// hand is stale.
-func stopAfter(res store.Committed, ended string) error {
+// hand is stale and the state is read again.
+func (w *worker) stopAfter(res store.Committed, ended string) error {
 	if res.Status != store.Active || (ended != "" && res.Cursor != ended) {
+		w.markStale()
 		return errStop
 	}
 	return nil
 }
 
-// commit records an outcome, retrying while Redis is unreachable: a write that landed
-// must not be forgotten (a crash here re-sends it: at-least-once, receivers dedup).
-func (w *worker) commit(ctx context.Context, c store.Commit) (store.Committed, error) {
+// commitNow records an outcome before the next write: it waits for the commits behind
+// it (same queue, in order) and for its own answer.
+func (w *worker) commitNow(ctx context.Context, c store.Commit) (store.Committed, error) {
+	res, err := w.d.committerOf(w.dest.Account).commit(ctx, w, w.fill(c), true)
+	if errors.Is(err, store.ErrStaleLease) || errors.Is(err, store.ErrUnknownDestination) {
+		return res, store.ErrStaleLease
+	}
+	return res, err
+}
+
+// commitBehind hands an outcome to the account's committer and returns at once.
+func (w *worker) commitBehind(ctx context.Context, c store.Commit) error {
+	_, err := w.d.committerOf(w.dest.Account).commit(ctx, w, w.fill(c), false)
+	return err
+}
+
+// fill completes a commit with what every commit of this worker carries.
+func (w *worker) fill(c store.Commit) store.Commit {
 	cfg := w.d.opts.Delivery
 	c.Ref, c.Token = ref(w.dest), w.token
 	if c.Epoch == "" {
@@ -278,28 +369,7 @@ func (w *worker) commit(ctx context.Context, c store.Commit) (store.Committed, e
 	}
 	c.DisableAfter, c.WarnAfter = cfg.DisableAfter, cfg.WarnAfter
 	c.ChannelRetention, c.AttemptsRetention = cfg.ChannelRetention, cfg.AttemptsRetention
-	wait := 50 * time.Millisecond
-	for {
-		res, err := w.d.opts.Store.Commit(context.WithoutCancel(ctx), c)
-		if err == nil {
-			if res.Disabled {
-				w.d.announceDisabled(ctx, w.dest)
-			}
-			if res.Warned && w.d.opts.Outbox != nil {
-				w.d.opts.Outbox.Nudge() // destination.failing is in the outbox
-			}
-			return res, nil
-		}
-		if errors.Is(err, store.ErrStaleLease) || errors.Is(err, store.ErrUnknownDestination) {
-			return res, store.ErrStaleLease
-		}
-		w.d.opts.Logger.Warn("commit failed; retrying", "destination", w.dest.ID, "error", err)
-		if ctx.Err() != nil && wait > 2*time.Second {
-			return res, errStop
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 5*time.Second)
-	}
+	return c
 }
 
 func (d *Dispatcher) sink(dest destination.Destination) Sink {
