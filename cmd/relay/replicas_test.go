@@ -386,6 +386,81 @@ func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 	}
 }
 
+// TestAPauseWhileTheLeaseHolderIsFrozenStartsNoWriteWhenItThaws: the replica that
+// holds the destination's lease has a write held at the bus and nine events in hand
+// when it is SIGSTOPped. A pause asked of the other replica cannot be answered by the
+// frozen holder: it is answered once the holder's lease has run out, saying a write may
+// be in flight. The held write then ends and the holder is thawed: it starts no other
+// write (its lease lapsed while it was frozen, and it may write again only after
+// reading the state, which says paused).
+func TestAPauseWhileTheLeaseHolderIsFrozenStartsNoWriteWhenItThaws(t *testing.T) {
+	rs := startReplicas(t, 2)
+	st, err := store.Open(rs.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rdb := st.Client()
+	ctx := context.Background()
+
+	rs.bus.Hold()
+	t.Cleanup(rs.bus.Release)
+	rs.publish(0, 10, 16)
+	waitUntil(t, 30*time.Second, "all ten events in the account's log", func() bool {
+		return rdb.XLen(ctx, "relay:{acct_1}:log").Val() == 10
+	})
+	waitUntil(t, 30*time.Second, "the first write held at the bus", func() bool { return rs.bus.Waiting() == 1 })
+	lease, err := rdb.Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := leasePID(t, lease)
+	holder := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
+	if holder < 0 {
+		t.Fatalf("lease holder %q is neither replica", lease)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+
+	a := httpDo(t, "POST", rs.apis[1-holder]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
+	var card struct {
+		Status        string `json:"status"`
+		WriteInFlight *bool  `json:"write_in_flight"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &card); err != nil || a.status != 200 {
+		t.Fatalf("pause on the other replica: %d %s", a.status, a.body)
+	}
+	if card.Status != "paused" || card.WriteInFlight == nil || !*card.WriteInFlight {
+		t.Fatalf("pause answered %s, want paused with write_in_flight true (the frozen holder could not say)", a.body)
+	}
+	if !strings.Contains(rs.logs[1-holder].String(), "the lease holder did not answer a status change within its lease") {
+		t.Fatalf("the answering replica did not wait out the frozen holder's lease:\n%s", rs.logTails())
+	}
+
+	rs.bus.LetWaiting() // the write held since before the freeze ends; any later one is held, and counted
+	thaw()
+	waitUntil(t, 30*time.Second, "the thawed holder's next step", func() bool {
+		l := rs.logs[holder].String()
+		return strings.Contains(l, `"msg":"lease lost"`) || strings.Contains(l, `"msg":"lease superseded; another replica delivers now"`) ||
+			strings.Contains(l, `"msg":"write not started: the destination changed"`)
+	})
+	if n := rs.bus.Requests(); n != 1 {
+		t.Fatalf("%d writes started after the pause was answered, want none", n-1)
+	}
+	if n := len(rs.bus.Entries()); n > 1 {
+		t.Fatalf("%d events on the bus, want at most the one in flight at the freeze", n)
+	}
+}
+
 // leasePID reads the process id out of a lease value "<host>-<pid>-<rand>|<token>".
 func leasePID(t *testing.T, lease string) int {
 	t.Helper()

@@ -692,18 +692,26 @@ func TestMetricsShowLagAndDeliveriesAndReadyzNamesWhatIsNotReady(t *testing.T) {
 	apitest.WaitFor(t, 10*time.Second, "the stream to take every event", func() bool {
 		return slices.Equal(r.Sink.Delivered("orders-stream"), ids)
 	})
+	wants := []string{
+		`relay_destination_lag_events{account="acct_1",connector="eventbridge",destination="orders-bus"} 5`,
+		`relay_destination_lag_events{account="acct_1",connector="kinesis",destination="orders-stream"} 0`,
+		`relay_delivery_attempts_total{connector="kinesis",outcome="delivered"} 5`,
+		`relay_delivery_attempts_total{connector="eventbridge",outcome="not_taken"}`, "relay_leases_held 4"}
 	var body string
-	apitest.WaitFor(t, 10*time.Second, "the lag on /metrics", func() bool {
+	missing := ""
+	apitest.WaitFor(t, 10*time.Second, "every series on /metrics (the last missing is printed below)", func() bool {
 		body = string(call(t, "GET", r.MetricsURL+"/metrics", "", "").body)
-		return strings.Contains(body, `relay_destination_lag_events{account="acct_1",connector="eventbridge",destination="orders-bus"} 5`) &&
-			strings.Contains(body, `relay_destination_lag_events{account="acct_1",connector="kinesis",destination="orders-stream"} 0`)
-	})
-	for _, want := range []string{`relay_delivery_attempts_total{connector="kinesis",outcome="delivered"} 5`,
-		`relay_delivery_attempts_total{connector="eventbridge",outcome="not_taken"}`, "relay_leases_held 4"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %s", want)
+		for _, want := range wants {
+			if !strings.Contains(body, want) {
+				if missing != want {
+					t.Logf("/metrics lacks %s", want)
+				}
+				missing = want
+				return false
+			}
 		}
-	}
+		return true
+	})
 
 	down := apitest.New(t, apitest.Options{Broker: func() bool { return false }})
 	a := call(t, "GET", down.URL+"/readyz", "", "")
