@@ -11,8 +11,7 @@ import (
 
 // maxFollowers bounds the blocking reads the log followers hold open, each on its own
 // Redis connection: on Redis Cluster one per hash slot with followed accounts. The
-// workers of accounts past it read the log themselves when a control entry, a renewal
-// or a timer wakes them, as a destination behind its feed does.
+// groups past it are read without blocking, once every Poll each.
 const maxFollowers = 32
 
 // followCount is the most entries of one stream a follower's read takes.
@@ -37,15 +36,19 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 	for ctx.Err() == nil {
 		groups := d.opts.Store.LogGroups(d.leasedAccounts())
 		wanted := map[string]bool{}
-		for _, g := range groups[:min(len(groups), maxFollowers)] {
+		for i, g := range groups {
 			key := strings.Join(g, ",")
 			wanted[key] = true
 			if _, ok := running[key]; ok {
 				continue
 			}
+			block := time.Second
+			if i >= maxFollowers {
+				block = -1 // no BLOCK: read, then wait Poll
+			}
 			fctx, stop := context.WithCancel(ctx)
 			running[key] = stop
-			wg.Go(func() { d.follow(fctx, g) })
+			wg.Go(func() { d.follow(fctx, g, block) })
 		}
 		for key, stop := range running {
 			if !wanted[key] {
@@ -69,10 +72,11 @@ func (d *Dispatcher) leasedAccounts() []string {
 }
 
 // follow reads the logs and control streams of accts (one group of store.LogGroups)
-// until ctx ends. Where it starts, or starts again after an error, it may have missed
+// until ctx ends, each read blocking up to block (below zero: not blocking, and Poll
+// between reads). Where it starts, or starts again after an error, it may have missed
 // entries of both: the feeds start over at the logs' ends and every worker of the
 // group reads its state again.
-func (d *Dispatcher) follow(ctx context.Context, accts []string) {
+func (d *Dispatcher) follow(ctx context.Context, accts []string, block time.Duration) {
 	at := map[string]store.FollowPoint{}
 	me := &follower{}
 	defer func() {
@@ -85,7 +89,7 @@ func (d *Dispatcher) follow(ctx context.Context, accts []string) {
 			sleep(ctx, d.opts.Poll)
 			continue
 		}
-		got, err := d.opts.Store.FollowLogs(ctx, at, time.Second, followCount)
+		got, err := d.opts.Store.FollowLogs(ctx, at, block, followCount)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.opts.Logger.Warn("cannot follow the account logs; starting over", "accounts", len(accts), "error", err)
@@ -103,6 +107,9 @@ func (d *Dispatcher) follow(ctx context.Context, accts []string) {
 		for acct, es := range got.Entries {
 			d.feedOf(acct).add(me, es)
 			d.notify(acct)
+		}
+		if block < 0 && len(got.Entries) == 0 && len(got.Controls) == 0 {
+			sleep(ctx, d.opts.Poll)
 		}
 	}
 }

@@ -122,7 +122,8 @@ func (s *Store) FollowStart(ctx context.Context, acct string) (FollowPoint, erro
 // FollowLogs blocks up to block for new entries in the logs and control streams of the
 // given accounts (one group of LogGroups: one slot on Redis Cluster), after the points
 // in at, and returns up to count entries per stream: one read for every destination of
-// those accounts. at is updated to where the next read starts.
+// those accounts. at is updated to where the next read starts. A block below zero does
+// not block.
 func (s *Store) FollowLogs(ctx context.Context, at map[string]FollowPoint, block time.Duration, count int64) (Followed, error) {
 	streams := make([]string, 0, 4*len(at))
 	ids := make([]string, 0, 2*len(at))
