@@ -47,6 +47,8 @@ type deliveryCost struct {
 	redisCPU   time.Duration // used_cpu_sys + used_cpu_user of the redis-server
 	relayCPU   time.Duration // user + system time of this process
 	roundTrips int64         // commands and pipelines the store sent
+	scripts    time.Duration // Redis's time in scripts (INFO commandstats: evalsha, eval)
+	calls      int64         // script calls
 }
 
 func reportCost(b *testing.B, c deliveryCost) {
@@ -55,6 +57,8 @@ func reportCost(b *testing.B, c deliveryCost) {
 	b.ReportMetric(float64(c.redisCPU.Microseconds())/n, "redis-cpu-µs/delivery")
 	b.ReportMetric(float64(c.relayCPU.Microseconds())/n, "relay-cpu-µs/delivery")
 	b.ReportMetric(float64(c.roundTrips)/n, "round-trips/delivery")
+	b.ReportMetric(float64(c.scripts.Microseconds())/n, "redis-script-µs/delivery")
+	b.ReportMetric(float64(c.calls)/n, "scripts/delivery")
 }
 
 // countingSink answers every write at once; at the first it takes the starting
@@ -108,6 +112,7 @@ func measureDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount
 	counter := &roundTrips{}
 	sink := &countingSink{want: len(dests) * eventsPerAccount, done: make(chan struct{})}
 	sink.begin = func() {
+		probe.ConfigResetStat(ctx)
 		t0, redis0, relay0, trips0 = time.Now(), redisCPU(b, probe), processCPU(), counter.n.Load()
 	}
 	cfg := delivery()
@@ -140,7 +145,34 @@ func measureDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount
 	cost.relayCPU = processCPU() - relay0
 	cost.roundTrips = counter.n.Load() - trips0
 	cost.deliveries = sink.want
+	cost.scripts, cost.calls = scriptTime(b, probe)
 	return cost
+}
+
+// scriptTime is Redis's time in scripts since the stats were reset, and their calls.
+func scriptTime(b *testing.B, c *redis.Client) (time.Duration, int64) {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec, calls int64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "cmdstat_evalsha" && k != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(v, ",") {
+			name, val, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(val, 10, 64)
+			switch name {
+			case "usec":
+				usec += n
+			case "calls":
+				calls += n
+			}
+		}
+	}
+	return time.Duration(usec) * time.Microsecond, calls
 }
 
 // waitCommitted waits until every destination's cursor is at its account log's end.

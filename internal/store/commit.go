@@ -125,8 +125,8 @@ local function commit_one()
   local fields = {destination = dest_id, event_id = event_id, message_id = message_id, message = message, test = is_test}
   if kind == 'delivered' then
     failures = 0
-    failing = false -- the run of failures ends
-    del[#del + 1] = 'failing'
+    if failing then del[#del + 1] = 'failing' end -- the run of failures ends
+    failing = false
     last_delivery = cjson.encode({at = iso, event_id = event_id})
     put('last_delivery', last_delivery)
     etype = 'delivery.succeeded'
@@ -179,7 +179,7 @@ local function commit_one()
     redis.call('XTRIM', KEYS[6], 'MINID', keep)
   end
   local seq = emit_both(etype, now_ms, cutoff, fields,
-    state_of(status, failures, last_failure, last_delivery, disabled_json, failing, pending))
+    state_json(status, failures, last_failure, last_delivery, disabled_json, failing, pending))
   local disabled = 0
   if kind == 'rejected' and failures >= disable_after and status == 'active' then
     local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
@@ -191,7 +191,7 @@ local function commit_one()
     announce_disabled(KEYS[7], notice_id, acct, dest_id, connector, iso, reason)
     disabled = 1
     seq = emit_both('destination.disabled', now_ms, cutoff, {destination = dest_id, reason = reason},
-      state_of(status, failures, last_failure, last_delivery, disabled_json, failing, pending))
+      state_json(status, failures, last_failure, last_delivery, disabled_json, failing, pending))
   end
   apply()
   return {status, disabled, seq, stored_cursor, warned}

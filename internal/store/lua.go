@@ -39,6 +39,18 @@ local function state_of(status, failures, last_failure, last_delivery, disabled,
           failing = dec(failing), pending = dec(pending)}
 end
 
+-- state_json is state_of already encoded, from the stored JSON fields as they are:
+-- nothing is decoded and encoded again (the commit's hot path).
+local function raw(s)
+  if s and s ~= '' then return s end
+  return 'null'
+end
+local function state_json(status, failures, last_failure, last_delivery, disabled, failing, pending)
+  return '{"status":' .. cjson.encode(status or 'active') .. ',"consecutive_failures":' .. tonumber(failures or '0') ..
+    ',"last_failure":' .. raw(last_failure) .. ',"last_delivery":' .. raw(last_delivery) .. ',"disabled":' ..
+    raw(disabled) .. ',"failing":' .. raw(failing) .. ',"pending":' .. raw(pending) .. '}'
+end
+
 -- card_state is the card state of the destination hash destkey, as stored now.
 local function card_state(destkey)
   local h = redis.call('HMGET', destkey, 'status', 'consecutive_failures', 'last_failure', 'last_delivery', 'disabled', 'failing', 'pending')
@@ -68,10 +80,17 @@ end
 
 -- emit_both appends the same happening to the destination's and the account's channel.
 -- KEYS[1] is the destination hash, KEYS[2..5] the two channels and their counters. The
--- event carries state, or when nil the card's state as stored.
+-- event carries state (a table, or its JSON from state_json), or when nil the card's
+-- state as stored.
 local function emit_both(etype, now_ms, cutoff, fields, state)
-  fields.state = state or card_state(KEYS[1])
-  local data = cjson.encode(fields)
+  local data
+  if type(state) == 'string' then
+    data = cjson.encode(fields)
+    data = string.sub(data, 1, -2) .. ',"state":' .. state .. '}'
+  else
+    fields.state = state or card_state(KEYS[1])
+    data = cjson.encode(fields)
+  end
   local seq = emit(KEYS[2], KEYS[3], etype, now_ms, cutoff, data)
   emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, data)
   return seq
