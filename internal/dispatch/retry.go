@@ -31,18 +31,21 @@ func (d *Dispatcher) Retry(ctx context.Context, id string, n int64) (store.Retry
 }
 
 // retries carries out the destination's queued retries, oldest first, one write at a
-// time. It runs at the start of a pass, when no commit of the ordered stream is in
-// flight. It returns ErrStaleLease when the lease was lost; any other failure leaves
-// the rest queued for the next pass.
+// time, at the start of a pass. It returns nil once none is left, ErrStaleLease when
+// the lease was lost, errStop when the write fence refused, and idleFor when Redis
+// failed: the rest stay queued for a later pass.
 func (w *worker) retries(ctx context.Context, dest destination.Destination, log *slog.Logger) error {
-	for ctx.Err() == nil {
+	for {
+		if ctx.Err() != nil {
+			return errStop
+		}
 		req, err := w.d.opts.Store.NextRetry(ctx, ref(w.dest), w.token)
 		switch {
 		case errors.Is(err, store.ErrStaleLease):
 			return err
 		case err != nil:
 			log.Warn("cannot take a queued retry", "error", err)
-			return nil
+			return idleFor{pause: time.Second}
 		case req == nil:
 			return nil // none left, or the destination is no longer active
 		}
@@ -54,7 +57,7 @@ func (w *worker) retries(ctx context.Context, dest destination.Destination, log 
 			done.Kind, done.Message = store.KindExpired, "the account's log no longer holds the event (older than the log keeps)"
 		case err != nil:
 			log.Warn("cannot read a retry's event", "event_id", req.EventID, "error", err)
-			return nil
+			return idleFor{pause: time.Second}
 		default:
 			msg := w.d.message(dest, e)
 			if !w.startWrite() {
@@ -74,7 +77,6 @@ func (w *worker) retries(ctx context.Context, dest destination.Destination, log 
 			return err
 		}
 	}
-	return nil
 }
 
 // retryDone records a retry's outcome, retrying while Redis is unreachable (as commit
