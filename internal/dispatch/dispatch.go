@@ -11,7 +11,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -149,22 +148,29 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 	d.mu.Unlock()
 
 	retention := d.opts.Delivery.ChannelRetention
-	for _, dest := range dests {
-		// The ExternalId stored at first sight, and never changed after: the config's
-		// (pinned or derived, so an empty Redis gives back the same one), else random.
-		ext := dest.ConfiguredExternalID()
-		if ext == "" {
-			ext = destination.NewExternalID()
+	// The ExternalId stored at first sight, and never changed after: the config's
+	// (pinned or derived, so an empty Redis gives back the same one), else random.
+	// A thousand destinations a round trip.
+	for chunk := range slices.Chunk(dests, 1000) {
+		es := make([]store.Ensured, len(chunk))
+		for i, dest := range chunk {
+			ext := dest.ConfiguredExternalID()
+			if ext == "" {
+				ext = destination.NewExternalID()
+			}
+			es[i] = store.Ensured{Ref: ref(dest), ExternalID: ext, Fingerprint: dest.Fingerprint()}
 		}
-		res, err := d.opts.Store.Ensure(ctx, ref(dest), ext, dest.Fingerprint(), retention)
+		results, err := d.opts.Store.EnsureMany(ctx, es, retention)
 		if err != nil {
-			return fmt.Errorf("destination %s: %w", dest.ID, err)
+			return err
 		}
-		switch {
-		case res == "redefined":
-			d.opts.Logger.Info("destination redefined by config", "destination", dest.ID)
-		case res == "new" && reload:
-			d.resync(ctx, dest, "the destination was added to config")
+		for i, res := range results {
+			switch {
+			case res == "redefined":
+				d.opts.Logger.Info("destination redefined by config", "destination", chunk[i].ID)
+			case res == "new" && reload:
+				d.resync(ctx, chunk[i], "the destination was added to config")
+			}
 		}
 	}
 	for id, old := range prev {

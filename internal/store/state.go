@@ -177,10 +177,40 @@ return 'same'
 // fingerprint that differs from the stored one appends resync.required to its channels.
 // It returns "new", "redefined" or "same".
 func (s *Store) Ensure(ctx context.Context, r Ref, externalID, fingerprint string, channelRetention time.Duration) (string, error) {
+	res, err := s.EnsureMany(ctx, []Ensured{{Ref: r, ExternalID: externalID, Fingerprint: fingerprint}}, channelRetention)
+	if err != nil {
+		return "", err
+	}
+	return res[0], nil
+}
+
+// Ensured names one destination for EnsureMany: what Ensure takes.
+type Ensured struct {
+	Ref
+	ExternalID, Fingerprint string
+}
+
+// EnsureMany is Ensure for many destinations, one pipelined round trip per master (a
+// config of 100,000 destinations loads in seconds, not in 100,000 round trips). Each
+// answer is Ensure's.
+func (s *Store) EnsureMany(ctx context.Context, es []Ensured, channelRetention time.Duration) ([]string, error) {
 	now := time.Now()
-	keys := append(r.chanKeys(), logKey(r.Account))
-	return ensureScript.Run(ctx, s.rdb, keys, externalID, fingerprint, now.UnixMilli(),
-		now.Add(-channelRetention).UnixMilli(), r.ID, s.boundsArg()).Text()
+	calls := make([]call, len(es))
+	for i, e := range es {
+		calls[i] = call{keys: append(e.chanKeys(), logKey(e.Account)), args: []any{e.ExternalID, e.Fingerprint,
+			now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), e.ID, s.boundsArg()}}
+	}
+	cmds, err := s.evalAll(ctx, ensureScript, calls, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(es))
+	for i, c := range cmds {
+		if out[i], err = c.Text(); err != nil {
+			return nil, fmt.Errorf("destination %s: %w", es[i].ID, err)
+		}
+	}
+	return out, nil
 }
 
 var statusScript = redis.NewScript(luaPrelude + `
