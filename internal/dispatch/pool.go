@@ -46,7 +46,8 @@ type life struct {
 
 // startWorker makes the worker of a lease just taken and queues its first pass.
 func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64, validUntil time.Time) *worker {
-	w := &worker{d: d, dest: dest, token: token, stale: true, validUntil: validUntil}
+	w := &worker{d: d, dest: dest, token: token, stale: true, validUntil: validUntil,
+		log: d.opts.Logger.With("destination", dest.ID)}
 	w.life = life{parent: ctx, state: parked, finished: make(chan struct{})}
 	w.ready()
 	return w
@@ -180,7 +181,7 @@ func (w *worker) turn() {
 	l.cancel, l.state, l.woken = cancel, running, false // a wake-up from here on runs it again
 	l.mu.Unlock()
 
-	log := w.d.opts.Logger.With("destination", w.dest.ID)
+	log := w.log
 	idle, err := w.pass(ctx, log)
 	stopped := ctx.Err() != nil
 	l.mu.Lock()

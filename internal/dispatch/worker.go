@@ -28,7 +28,8 @@ type worker struct {
 	d     *Dispatcher
 	dest  destination.Destination
 	token int64
-	life  life // when it runs, waits, ends (pool.go)
+	life  life         // when it runs, waits, ends (pool.go)
+	log   *slog.Logger // the dispatcher's, with the destination
 
 	// fence guards what decides whether a write may start. A write starts only while
 	// the state in hand is current (not stale), no status change halted it, and the
