@@ -89,6 +89,24 @@ func (k *committer) commit(ctx context.Context, w *worker, c store.Commit, wait 
 	return a.res, a.err
 }
 
+// hurry records what gathers now, without waiting out commit_wait.
+func (k *committer) hurry() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.timer != nil && k.timer.Stop() {
+		k.timer = nil
+		go k.run()
+	}
+}
+
+// settle waits until none of w's commits is on its way (its account's committer
+// hurried): before the worker reads its stored state, whose cursor would otherwise be
+// behind its writes, and before it ends.
+func (w *worker) settle() {
+	w.d.committerOf(w.dest.Account).hurry()
+	w.commits.room(1)
+}
+
 func (k *committer) fire() {
 	k.mu.Lock()
 	k.timer = nil

@@ -216,7 +216,7 @@ func (w *worker) turn() {
 // end finishes the worker: its write in flight and the commits on their way are
 // recorded, and it runs no more.
 func (w *worker) end() {
-	w.commits.room(1) // none on its way
+	w.settle()
 	l := &w.life
 	l.mu.Lock()
 	defer l.mu.Unlock()

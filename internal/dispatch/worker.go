@@ -93,7 +93,7 @@ func (w *worker) halt() (inFlight bool) {
 // control entry this replica missed) makes the state stale.
 func (w *worker) renewed(sent time.Time, ttl time.Duration, control int64) {
 	w.fence.Lock()
-	lapsed := !time.Now().Before(w.validUntil)
+	lapsed := !w.leaseHeld(time.Now())
 	w.validUntil = sent.Add(ttl - ttl/10)
 	if control > w.control || lapsed {
 		w.stale = true
@@ -104,12 +104,19 @@ func (w *worker) renewed(sent time.Time, ttl time.Duration, control int64) {
 	}
 }
 
+// leaseHeld says the lease is surely still ours at now: on the monotonic clock (a
+// frozen process), and on the wall clock too (a machine that was suspended: Linux's
+// monotonic clock stands still meanwhile, the lease in Redis does not). w.fence is held.
+func (w *worker) leaseHeld(now time.Time) bool {
+	return now.Before(w.validUntil) && now.Round(0).Before(w.validUntil.Round(0))
+}
+
 // startWrite is the write fence: it says whether a write may start now, and marks it
 // under way.
 func (w *worker) startWrite() bool {
 	w.fence.Lock()
 	defer w.fence.Unlock()
-	if !time.Now().Before(w.validUntil) {
+	if !w.leaseHeld(time.Now()) {
 		w.stale = true // frozen or cut off past the lease: read the state again first
 		return false
 	}
@@ -130,7 +137,7 @@ func (w *worker) endWrite() {
 func (w *worker) leaseValid() bool {
 	w.fence.Lock()
 	defer w.fence.Unlock()
-	return time.Now().Before(w.validUntil)
+	return w.leaseHeld(time.Now())
 }
 
 // load reads the stored state when the one in hand is stale (or was never read).
@@ -142,6 +149,9 @@ func (w *worker) load(ctx context.Context, log *slog.Logger) error {
 	}
 	w.stale = false // a change from now on makes it stale again
 	w.fence.Unlock()
+	// The stored cursor is behind the writes whose commits are on their way: wait for
+	// them, or the worker would go back and send those events again.
+	w.settle()
 	st, err := w.d.opts.Store.LoadState(ctx, ref(w.dest))
 	if err != nil {
 		w.markStale()

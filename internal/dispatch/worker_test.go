@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -142,5 +143,37 @@ func TestDestinationsInBackoffWaitWithoutAPassRunning(t *testing.T) {
 	})
 	if most > 1 {
 		t.Fatalf("up to %d passes ran at once with one slot: destinations in backoff kept theirs", most)
+	}
+}
+
+// TestReadingTheStateAgainWhileCommitsAreBehindSendsNothingTwice: a worker whose state
+// turns stale (here an API call on this replica) while its delivered events wait
+// uncommitted in the account's committer (commit_wait an hour: they wait until hurried)
+// reads the stored cursor only once those commits are recorded: it goes on after the
+// last event it wrote, and the bus gets each event once, in order.
+func TestReadingTheStateAgainWhileCommitsAreBehindSendsNothingTwice(t *testing.T) {
+	release := make(chan struct{})
+	var writes atomic.Int32
+	sink := newTestSink(func(string, destination.Message, int) error {
+		if writes.Add(1) == 3 {
+			<-release
+		}
+		return nil
+	})
+	r := newRig(t, sink, bus("orders", "111122223333"))
+	r.d.opts.Delivery.CommitWait = time.Hour
+	r.start()
+	ids := r.publish("job.completed", "job.completed", "job.completed", "job.completed", "job.completed", "job.completed")
+	waitFor(t, "the third write held at the sink", func() bool { return writes.Load() == 3 })
+	r.d.touch("orders") // as a retry or a replay asked on this replica does
+	close(release)
+	last, err := r.store.LastLogID(context.Background(), acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sixth event committed", func() bool { return r.state("orders").Cursor == last })
+	waitFor(t, "the pool to go idle", func() bool { return r.d.serving() == 0 && passesRunning() == 0 })
+	if got := sink.got("orders"); !slices.Equal(got, ids) {
+		t.Fatalf("the bus got %v, want each of %v once, in order", got, ids)
 	}
 }

@@ -330,7 +330,7 @@ func (s *Store) LastLogID(ctx context.Context, acct string) (string, error) {
 	return msgs[0].ID, nil
 }
 
-// LogGroups splits accounts into the groups one WaitLogs may follow together: on one
+// LogGroups splits accounts into the groups one FollowLogs may follow together: on one
 // server a single group, on Redis Cluster one group per hash slot (a blocking read may
 // not span slots). Groups come in slot order, accounts sorted within each.
 func (s *Store) LogGroups(accts []string) [][]string {
@@ -351,46 +351,6 @@ func (s *Store) LogGroups(accts []string) [][]string {
 		out[i] = bySlot[sl]
 	}
 	return out
-}
-
-// WaitLogs blocks up to block for new entries in the given accounts' logs after the ids
-// in after (account → log id), and returns the accounts that have some with their newest id.
-// The accounts must be one group of LogGroups (one slot on Redis Cluster).
-// It reads at most two entries per account, whatever the backlog: one to learn that the
-// log grew, one to learn its newest id.
-func (s *Store) WaitLogs(ctx context.Context, after map[string]string, block time.Duration) (map[string]string, error) {
-	streams := make([]string, 0, 2*len(after))
-	accts := make([]string, 0, len(after))
-	for acct := range after {
-		accts = append(accts, acct)
-		streams = append(streams, logKey(acct))
-	}
-	for _, acct := range accts {
-		streams = append(streams, after[acct])
-	}
-	res, err := s.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Block: block, Count: 1}).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	pipe := s.rdb.Pipeline() // on a cluster: one slot, so one master and one round trip
-	newest := make(map[string]*redis.XMessageSliceCmd, len(res))
-	for _, st := range res {
-		acct := strings.TrimSuffix(strings.TrimPrefix(st.Stream, "relay:{"), "}:log")
-		newest[acct] = pipe.XRevRangeN(ctx, st.Stream, "+", "-", 1)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	out := make(map[string]string, len(newest))
-	for acct, cmd := range newest {
-		if msgs := cmd.Val(); len(msgs) > 0 {
-			out[acct] = msgs[0].ID
-		}
-	}
-	return out, nil
 }
 
 // EntryTime is when an entry arrived, read from its stream id.

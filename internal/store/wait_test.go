@@ -11,33 +11,38 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T) {
-	onEachRedis(t, testWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID)
+// TestFollowLogsReadsEachLogOnceInOrderAndBlocksWhenNothingIsNew: one read of a group
+// of accounts (one slot on Redis Cluster) returns what each log holds past where the
+// follower stands, in log order and a bounded count at a time, carries the follower's
+// points on, names only the logs that grew, and blocks while nothing is new.
+func TestFollowLogsReadsEachLogOnceInOrderAndBlocksWhenNothingIsNew(t *testing.T) {
+	onEachRedis(t, testFollowLogs)
 }
 
-func testWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T, st *Store) {
+func testFollowLogs(t *testing.T, st *Store) {
 	ctx := context.Background()
-	after := map[string]string{}
+	at := map[string]FollowPoint{}
 	// Two accounts one blocking read may follow together: on Redis Cluster, in one slot.
 	quiet := sameSlotAs("acct_busy", "acct_quiet_")
 	if g := st.LogGroups([]string{"acct_busy", quiet}); len(g) != 1 {
 		t.Fatalf("LogGroups = %v, want one group", g)
 	}
-	var err error
 	for _, acct := range []string{"acct_busy", quiet} {
-		if after[acct], err = st.LastLogID(ctx, acct); err != nil {
+		p, err := st.FollowStart(ctx, acct)
+		if err != nil {
 			t.Fatal(err)
 		}
+		at[acct] = p
 	}
 	began := time.Now()
-	if news, err := st.WaitLogs(ctx, after, 50*time.Millisecond); err != nil || len(news) != 0 {
-		t.Fatalf("nothing appended: WaitLogs = %v, %v", news, err)
+	if got, err := st.FollowLogs(ctx, at, 50*time.Millisecond, 16); err != nil || len(got.Entries) != 0 || len(got.Controls) != 0 {
+		t.Fatalf("nothing appended: FollowLogs = %+v, %v", got, err)
 	}
 	if waited := time.Since(began); waited < 50*time.Millisecond {
-		t.Fatalf("nothing appended, yet WaitLogs returned after %s instead of blocking 50ms", waited)
+		t.Fatalf("nothing appended, yet FollowLogs returned after %s instead of blocking 50ms", waited)
 	}
 
-	// A backlog of more entries than any one read takes: the newest id comes back.
+	// A backlog of more entries than one read takes: read in order, 256 at a time.
 	var batch []Append
 	for i := range 1100 {
 		batch = append(batch, Append{Entry: Entry{EventID: fmt.Sprintf("fetcher.job.completed.%d", i), Type: "job.completed",
@@ -46,45 +51,54 @@ func testWaitLogsNamesOnlyTheLogsThatGrewWithTheirNewestID(t *testing.T, st *Sto
 	if _, err := st.AppendBatch(ctx, batch, time.Hour, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	newest, err := st.LastLogID(ctx, "acct_busy")
-	if err != nil {
-		t.Fatal(err)
+	var read []string
+	for len(read) < 1100 {
+		got, err := st.FollowLogs(ctx, at, time.Second, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Entries) != 1 || len(got.Entries["acct_busy"]) == 0 || len(got.Entries["acct_busy"]) > 256 {
+			t.Fatalf("FollowLogs named %d logs, %d entries of acct_busy; want only acct_busy, at most 256", len(got.Entries), len(got.Entries["acct_busy"]))
+		}
+		for _, e := range got.Entries["acct_busy"] {
+			read = append(read, e.EventID)
+		}
 	}
-	news, err := st.WaitLogs(ctx, after, time.Second)
-	if err != nil {
-		t.Fatal(err)
+	for i, id := range read {
+		if want := fmt.Sprintf("fetcher.job.completed.%d", i); id != want {
+			t.Fatalf("entry %d read is %s, want %s: every entry once, in log order", i, id, want)
+		}
 	}
-	if len(news) != 1 || news["acct_busy"] != newest {
-		t.Fatalf("WaitLogs = %v, want only acct_busy at %s", news, newest)
+	newest, _ := st.LastLogID(ctx, "acct_busy")
+	if at["acct_busy"].Log != newest {
+		t.Fatalf("the follower stands at %s, want the newest entry %s", at["acct_busy"].Log, newest)
 	}
 
-	// Waiting from the newest id again blocks (Redis lists the XREAD as blocked) until
+	// Following from the newest again blocks (Redis lists the XREAD as blocked) until
 	// the next append.
-	after["acct_busy"] = newest
-	got := make(chan map[string]string, 1)
+	done := make(chan Followed, 1)
 	go func() {
-		news, _ := st.WaitLogs(ctx, after, 10*time.Second)
-		got <- news
+		got, _ := st.FollowLogs(ctx, at, 10*time.Second, 256)
+		done <- got
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for !blockedInXRead(t, st) {
 		if time.Now().After(deadline) {
-			t.Fatal("WaitLogs never blocked in XREAD")
+			t.Fatal("FollowLogs never blocked in XREAD")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	select {
-	case news := <-got:
-		t.Fatalf("WaitLogs returned %v before anything was appended", news)
+	case got := <-done:
+		t.Fatalf("FollowLogs returned %+v before anything was appended", got)
 	default:
 	}
 	if _, err := st.AppendBatch(ctx, []Append{{Entry: Entry{EventID: "fetcher.job.completed.last", Type: "job.completed",
 		Data: []byte(`{}`)}, Accounts: []string{quiet}}}, time.Hour, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	quietID, _ := st.LastLogID(ctx, quiet)
-	if news := <-got; len(news) != 1 || news[quiet] != quietID {
-		t.Fatalf("after one append to %s: WaitLogs = %v, want it at %s", quiet, news, quietID)
+	if got := <-done; len(got.Entries) != 1 || len(got.Entries[quiet]) != 1 || got.Entries[quiet][0].EventID != "fetcher.job.completed.last" {
+		t.Fatalf("after one append to %s: FollowLogs = %+v", quiet, got)
 	}
 }
 
@@ -100,18 +114,18 @@ func TestLogGroupsSplitAccountsOnlyWhereABlockingReadCannotSpanThem(t *testing.T
 		if cluster && len(groups) != 3 {
 			t.Fatalf("cluster: LogGroups = %v, want one group per slot (3)", groups)
 		}
-		// Each group can be waited on in one read, and names the account that grew.
+		// Each group can be followed in one read, and names the account that grew.
 		for _, g := range groups {
-			after := map[string]string{}
+			at := map[string]FollowPoint{}
 			for _, acct := range g {
-				after[acct] = "0-0"
+				at[acct] = FollowPoint{Log: "0-0", Ctl: "0-0"}
 			}
 			if _, err := st.AppendBatch(ctx, []Append{{Entry: Entry{EventID: "ev-" + g[0], Data: []byte(`{}`)}, Accounts: g[:1]}}, time.Hour, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			news, err := st.WaitLogs(ctx, after, time.Second)
-			if err != nil || len(news) != 1 || news[g[0]] == "" {
-				t.Fatalf("WaitLogs(%v) = %v, %v; want %s", g, news, err, g[0])
+			got, err := st.FollowLogs(ctx, at, time.Second, 16)
+			if err != nil || len(got.Entries) != 1 || len(got.Entries[g[0]]) == 0 {
+				t.Fatalf("FollowLogs(%v) = %+v, %v; want %s", g, got, err, g[0])
 			}
 		}
 	})
