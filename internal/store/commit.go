@@ -162,6 +162,7 @@ else
   etype = 'message.expired'
 end
 fields.class = kind
+` + MinuteCountLua /* the chart's per-minute count (minutes.go): one line, carry it into the new engine */ + `
 put('consecutive_failures', failures)
 -- A warning threshold reached: destination.failing, once per threshold per run of
 -- failures (a delivery or an activation ends the run; the count only climbs by one).
