@@ -164,8 +164,18 @@ async function loadCharts(views, load) {
   await Promise.all([worker(), worker(), worker()]);
 }
 
+// renderSummary counts the page's cards as they stand now (the list's summary, kept
+// live by the cards' channels).
 function renderSummary() {
-  const s = app.summary;
+  let s = app.summary;
+  if (s && app.views.size) {
+    s = { cards: 0, active: 0, failing: 0, disabled: 0, paused: 0, pending: 0 };
+    for (const v of app.views.values()) {
+      s.cards++;
+      if (v.card.status in s) s[v.card.status]++;
+      if (v.card.failing) s.failing++;
+    }
+  }
   const e = $('summary');
   if (!s) { e.textContent = ''; return; }
   let text = t('summary', { page: app.tokens.length, ...s });
@@ -372,6 +382,7 @@ class CardView {
     }
     this.stateBox.replaceChildren(el('dl', {}, rows));
     this.renderButtons();
+    if (app.views.get(c.id) === this) renderSummary();
 
     this.outcomeBox.replaceChildren();
     if (this.testOutcome) {
@@ -449,10 +460,18 @@ class CardView {
 
   // askActivate: a paused or disabled destination missed what arrived meanwhile; the
   // dialog asks whether to send it, with how many events that is.
-  askActivate() {
+  async askActivate() {
     const c = this.card;
     if (c.status !== 'paused' && c.status !== 'disabled') {
       this.act('activate');
+      return;
+    }
+    // What was missed arrived while nothing changed on the card: read its lag now.
+    try {
+      this.takeCard(await call('GET', this.path()));
+    } catch (err) {
+      this.setNotice(actionError(err), 'error');
+      this.renderState();
       return;
     }
     const since = c.status === 'disabled' ? 'since_disabled' : 'since_paused';
