@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
@@ -162,20 +163,56 @@ func (s *Server) listDestinations(w http.ResponseWriter, r *http.Request, p prin
 			ans.NextPageToken = pageToken(next)
 		}
 	}
-	for _, d := range page {
-		card, err := s.opts.Streams.Card(r.Context(), d)
-		if errors.Is(err, stream.ErrNotFound) {
-			continue // removed from Redis under us; the next reload makes it again
-		}
-		if err != nil {
-			s.internal(w, r, err)
-			return
-		}
-		s.addLag(r.Context(), &card, d)
+	cards, err := s.cardsOf(r, page)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	for _, card := range cards {
 		ans.Destinations = append(ans.Destinations, card)
 		ans.Summary.add(card)
 	}
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// cardReaders is how many of a page's cards are read from Redis at once.
+const cardReaders = 8
+
+// cardsOf reads the cards of dests (with their lag), cardReaders at a time, in order;
+// one removed from Redis under us is left out (the next reload makes it again).
+func (s *Server) cardsOf(r *http.Request, dests []destination.Destination) ([]stream.Card, error) {
+	cards := make([]stream.Card, len(dests))
+	errs := make([]error, len(dests))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(cardReaders, len(dests)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				cards[i], errs[i] = s.opts.Streams.Card(r.Context(), dests[i])
+				if errs[i] == nil {
+					s.addLag(r.Context(), &cards[i], dests[i])
+				}
+			}
+		}()
+	}
+	for i := range dests {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	out := make([]stream.Card, 0, len(dests))
+	for i, err := range errs {
+		switch {
+		case errors.Is(err, stream.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			out = append(out, cards[i])
+		}
+	}
+	return out, nil
 }
 
 // pageOf picks a page from rest (sorted, after the token): the first q.size that pass

@@ -145,6 +145,8 @@ func TestReplayDryRunCountsWhatTheReplaySends(t *testing.T) {
 	before := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
 	ids := r.Publish(apitest.Acct1, 6)
 	apitest.WaitFor(t, 20*time.Second, "6 deliveries", func() bool { return len(r.Sink.Delivered("orders-bus")) == 6 })
+	// The sink counts a write before its commit: wait for the sixth commit's event.
+	apitest.WaitFor(t, 20*time.Second, "6 commits", func() bool { return r.Sequence(apitest.Acct1, "destination:orders-bus") == 6 })
 	seq := r.Sequence(apitest.Acct1, "destination:orders-bus")
 
 	dry := call(t, "POST", bus+"/replay", apitest.Acct1Token, `{"after_event":"`+ids[1]+`","dry_run":true}`).json(t)
