@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"image/png"
 	"strings"
 	"testing"
 	"time"
@@ -264,10 +264,9 @@ func (r *consoleRig) shotOf(ctx context.Context, name, sel string) {
 	if err != nil {
 		r.t.Fatalf("screenshot %s of %s: %v", name, sel, err)
 	}
-	if len(buf) < 2000 {
-		r.t.Errorf("screenshot %s of %s is %d bytes: blank?", name, sel, len(buf))
+	img, err := png.Decode(bytes.NewReader(buf))
+	if err != nil || len(buf) < 2000 {
+		r.t.Fatalf("screenshot %s of %s: %d bytes, %v", name, sel, len(buf), err)
 	}
-	if err := os.WriteFile(filepath.Join(r.shots, name+".png"), buf, 0o644); err != nil {
-		r.t.Fatal(err)
-	}
+	r.writeShot(name, img)
 }
