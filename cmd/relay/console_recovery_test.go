@@ -50,6 +50,10 @@ func TestConsoleRecoveryDesk(t *testing.T) {
 	r.click(page, `article[data-id="orders-bus"] details.attempts summary`)
 	row := `article[data-id="orders-bus"] .attempts tr.attempt[data-outcome="rejected"]`
 	r.waitJS(page, `document.querySelector('`+row+` button.retry') !== null`, "the rejected attempt's Retry")
+	// The log's last page: no "null" where the Older button would be.
+	if s := r.evalString(page, card+`.querySelector('details.attempts').textContent`); strings.Contains(s, "null") {
+		t.Errorf("the attempt log reads %q", s)
+	}
 	r.shotOf(page, "recovery-rejected", `article[data-id="orders-bus"] details.attempts`)
 	r.click(page, row+` button.retry`)
 	r.waitJS(page, `document.getElementById('action-dialog').open && document.getElementById('action-title').textContent.startsWith('Retry attempt ')`, "the retry dialog")

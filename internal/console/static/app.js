@@ -641,7 +641,7 @@ class CardView {
       return;
     }
     const head = el('tr', {}, el('th', {}, t('at')), el('th', {}, t('outcome')), el('th', {}, t('eventId')),
-      el('th', {}, t('message')), el('th', {}, ''));
+      el('th', {}, t('message')));
     const body = [];
     for (const r of a.rows) {
       const retryable = ['rejected', 'expired', 'delivered'].includes(r.outcome) && r.event_id && !r.event_id.startsWith('relay.test.');
@@ -653,13 +653,13 @@ class CardView {
       ];
       body.push(el('tr', { class: 'attempt', 'data-n': r.n, 'data-outcome': r.outcome, 'data-event': r.event_id || '' },
         el('td', {}, formatTime(r.at)), el('td', {}, t('outcome_' + r.outcome)), el('td', { class: 'mono' }, r.event_id || ''),
-        el('td', { class: 'message' }, r.message || ''), el('td', { class: 'row-actions' }, buttons)));
-      if (a.shown.has(r.n)) body.push(el('tr', { class: 'detail', 'data-n': r.n }, el('td', { colspan: '5' }, detailView(a.shown.get(r.n)))));
+        el('td', { class: 'message' }, r.message || '', el('div', { class: 'row-actions' }, buttons))));
+      if (a.shown.has(r.n)) body.push(el('tr', { class: 'detail', 'data-n': r.n }, el('td', { colspan: '4' }, detailView(a.shown.get(r.n)))));
     }
-    this.attemptsBox.replaceChildren(
-      el('table', {}, el('thead', {}, head), el('tbody', {}, body)),
-      a.next !== null ? el('button', { type: 'button', class: 'older', onclick: () => this.loadAttempts(false) }, t('older')) : null,
-    );
+    // replaceChildren would write a null as the text "null": only elements go in.
+    const parts = [el('table', {}, el('thead', {}, head), el('tbody', {}, body))];
+    if (a.next !== null) parts.push(el('button', { type: 'button', class: 'older', onclick: () => this.loadAttempts(false) }, t('older')));
+    this.attemptsBox.replaceChildren(...parts);
     this.renderButtons();
   }
 
@@ -778,7 +778,7 @@ function chartView(m) {
 function openDialog({ title, body, confirm, confirmDisabled = false, onConfirm }) {
   const dialog = $('action-dialog');
   $('action-title').textContent = title;
-  $('action-body').replaceChildren(...body.flat());
+  $('action-body').replaceChildren(...body.flat().filter(Boolean));
   $('action-result').textContent = '';
   $('action-result').dataset.events = '';
   $('action-confirm').textContent = confirm;
