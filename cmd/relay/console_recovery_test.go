@@ -75,6 +75,12 @@ func TestConsoleRecoveryDesk(t *testing.T) {
 	// Replay, in Spanish: events 1..3 delivered; a replay after event 1, counted first,
 	// sends exactly the two counted, in order.
 	r.setLanguage(page, "es")
+	for sel, want := range map[string]string{row + ` button.retry`: "Reintentar", row + ` button.replay-after`: "Repetir desde aquí",
+		`article[data-id="orders-bus"] button.replay`: "Repetir…"} {
+		if s := r.evalString(page, `document.querySelector('`+sel+`').textContent`); s != want {
+			t.Errorf("%s reads %q in Spanish, want %q", sel, s, want)
+		}
+	}
 	r.publish(1, 4)
 	r.waitJS(page, card+`.dataset.lastDelivery === '`+eventID(3)+`'`, "events 1 to 3 delivered")
 	before := len(r.bus.Entries())
