@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"strings"
 	"testing"
@@ -42,6 +43,7 @@ func TestConsoleRecoveryDesk(t *testing.T) {
 
 	// Retry: event 0 is rejected; retried from its row, it reaches the bus.
 	r.bus.FailEntries(1, "AccessDeniedException", "User is not authorized to perform: events:PutEvents on resource orders because no identity-based policy allows the events:PutEvents action, which is a long message that must wrap inside the card")
+	start := time.Now().Add(-2 * time.Second) // before every event of the test
 	r.publish(0, 1)
 	r.waitJS(page, card+`.dataset.consecutiveFailures === '1'`, "the rejection on the card")
 	if n := r.busCount(eventID(0)); n != 0 {
@@ -124,6 +126,29 @@ func TestConsoleRecoveryDesk(t *testing.T) {
 	waitUntil(t, 30*time.Second, "what was missed at the bus", func() bool { return len(r.bus.Entries()) >= before+3 })
 	if got := r.busEventIDs()[before:]; strings.Join(got, ",") != strings.Join([]string{eventID(4), eventID(5), eventID(6)}, ",") {
 		t.Errorf("the activation sent %v, want events 4 to 6", got)
+	}
+
+	// A replay from a time, counted and not confirmed: the seven events of the test, and
+	// nothing sent.
+	before = len(r.bus.Entries())
+	r.click(page, `article[data-id="orders-bus"] button.replay`)
+	r.waitJS(page, `document.getElementById('action-dialog').open && document.getElementById('action-title').textContent === 'Replay orders-bus'`, "the replay dialog")
+	if err := chromedp.Do(page, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+		const t = %d, i = document.getElementById('replay-from');
+		i.value = new Date(t - new Date(t).getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+		document.querySelector('input[name="replay-kind"][value="from"]').checked = true;
+		i.dispatchEvent(new Event('input')); })()`, start.UnixMilli()))); err != nil {
+		t.Fatal(err)
+	}
+	r.click(page, `#replay-count`)
+	r.waitJS(page, `document.getElementById('action-result').dataset.events === '7'`, "the count from a time")
+	if s := r.evalString(page, `document.getElementById('action-result').textContent`); !strings.HasPrefix(s, "This replay will send 7 events, stored from ") {
+		t.Errorf("the count from a time reads %q", s)
+	}
+	r.click(page, `#action-cancel`)
+	r.waitJS(page, `!document.getElementById('action-dialog').open`, "the dialog closed")
+	if n := len(r.bus.Entries()); n != before {
+		t.Errorf("a replay counted and cancelled sent %d entries", n-before)
 	}
 
 	// The chart counts what the ordered stream delivered and failed.
