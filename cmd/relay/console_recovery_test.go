@@ -118,6 +118,16 @@ func TestConsoleRecoveryDesk(t *testing.T) {
 	r.waitJS(page, card+`.dataset.status === 'paused'`, "paused")
 	r.publish(4, 7)
 	before = len(r.bus.Entries())
+	// The same dialog in Spanish, cancelled.
+	r.setLanguage(page, "es")
+	r.click(page, `article[data-id="orders-bus"] button.activate`)
+	r.waitJS(page, `document.getElementById('action-dialog').open && document.getElementById('action-title').textContent === 'Activar orders-bus'`, "the activation dialog in Spanish")
+	if s := r.evalString(page, `[...document.querySelectorAll('#action-body label.choice')].map(l => l.textContent.trim()).join(' | ')`); s != "Enviar lo que se perdió: 3 eventos, en orden, y luego los nuevos | Solo eventos nuevos (lo perdido no se envía)" {
+		t.Errorf("the Spanish activation dialog offers %q", s)
+	}
+	r.click(page, `#action-cancel`)
+	r.waitJS(page, `!document.getElementById('action-dialog').open`, "the dialog closed")
+	r.setLanguage(page, "en")
 	r.click(page, `article[data-id="orders-bus"] button.activate`)
 	r.waitJS(page, `document.getElementById('action-dialog').open && document.querySelector('#action-body label.choice')?.textContent.includes('Send what was missed: 3 events')`, "the activation dialog with the gap's count")
 	r.shotOf(page, "recovery-activate-dialog", `#action-dialog`)
