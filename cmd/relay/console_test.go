@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color/palette"
+	"image/draw"
 	"image/png"
 	"net/http"
 	"os"
@@ -46,7 +49,7 @@ const (
 // EventBridge behind an STS that enforces the trust policy the test puts on the role,
 // and a headless Chromium.
 type consoleRig struct {
-	t        *testing.T
+	t        testing.TB
 	bin      string
 	cfgs     [2]string
 	env      []string
@@ -247,7 +250,13 @@ func eventID(i int) string {
 
 // startConsoleRig starts the rig; extraDestinations are more YAML entries of the
 // destinations list (acct_3, whose tenant is fleet-tenant, has none otherwise).
-func startConsoleRig(t *testing.T, extraDestinations string) *consoleRig {
+func startConsoleRig(t testing.TB, extraDestinations string) *consoleRig {
+	return startConsoleRigWith(t, extraDestinations, "{initial: 20ms, max: 200ms}")
+}
+
+// startConsoleRigWith is startConsoleRig with the delivery.setup_check backoff: a rig of
+// hundreds of destinations that stay pending checks them seldom.
+func startConsoleRigWith(t testing.TB, extraDestinations, setupCheck string) *consoleRig {
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	r := &consoleRig{t: t, sts: awstest.NewSTS(t), bus: awstest.NewEventBridge(t), bin: buildRelay(t)}
 	r.bus.RequireSessionFrom(r.sts)
@@ -300,7 +309,7 @@ gcp: {pubsub_endpoint: %s}
 delivery:
   lease_ttl: 1s
   not_taken_backoff: {initial: 10ms, max: 200ms}
-  setup_check: {initial: 20ms, max: 200ms}  # a pending destination is checked again soon
+  setup_check: %s  # a pending destination is checked again soon
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
   - {id: acct_2, tenants: [another-tenant]}
@@ -314,7 +323,7 @@ destinations:
   - {id: orders-topic, account: acct_1, connector: pubsub, project_id: acme-prod, topic_id: relay-events, events: [job.failed]}
   - {id: other-bus, account: acct_2, connector: eventbridge, role_arn: "arn:aws:iam::444455556666:role/relay-delivery",
      bus_arn: "arn:aws:events:us-east-1:444455556666:event-bus/other"}
-%s`, awstest.CallerARN, amqpURL, r.exchange, queue, redisURL, listen, r.sts.URL, r.bus.URL, ps.Addr,
+%s`, awstest.CallerARN, amqpURL, r.exchange, queue, redisURL, listen, r.sts.URL, r.bus.URL, ps.Addr, setupCheck,
 			consoleRoleARN, consoleRoleARN, extraDestinations)), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -589,7 +598,19 @@ func (r *consoleRig) shot(ctx context.Context, name string) {
 	if len(colours) < 50 {
 		r.t.Errorf("screenshot %s looks blank: %d colours", name, len(colours))
 	}
-	if err := os.WriteFile(filepath.Join(r.shots, name+".png"), buf, 0o644); err != nil {
+	r.writeShot(name, img)
+}
+
+// writeShot keeps a screenshot under r.shots as a 256-colour PNG (a third of the size
+// of Chromium's: the docs keep some, docs/console.md).
+func (r *consoleRig) writeShot(name string, img image.Image) {
+	p := image.NewPaletted(img.Bounds(), palette.Plan9)
+	draw.Draw(p, p.Bounds(), img, img.Bounds().Min, draw.Src)
+	var out bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, p); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.shots, name+".png"), out.Bytes(), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
 }

@@ -23,7 +23,7 @@ import (
 const testKeyHex = "f4ab532dc6dcf763bf8139e75e9bef6d8af5c329ce3e03ba05fd39ff729f6ffa"
 
 // buildRelay compiles the relay binary once per test.
-func buildRelay(t *testing.T) string {
+func buildRelay(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "relay")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -157,7 +157,7 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 	}
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -187,7 +187,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration, logs fmt.Strin
 
 // brokerChannel opens a channel for the test's own publishing and inspection, and
 // deletes the relay's queue when the test ends.
-func brokerChannel(t *testing.T, amqpURL, queue string) (*amqp.Connection, *amqp.Channel) {
+func brokerChannel(t testing.TB, amqpURL, queue string) (*amqp.Connection, *amqp.Channel) {
 	t.Helper()
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {

@@ -46,6 +46,9 @@ type Destinations interface {
 	Retry(ctx context.Context, id string, n int64) (store.RetryRequest, error)
 	Disable(ctx context.Context, id, reason string) (dispatch.Disabled, error)
 	Test(ctx context.Context, id string) (failures.Outcome, error)
+	// Sent rebuilds the message the destination's sink writes for a log entry, as its
+	// bus receives it (dispatch.Dispatcher.Sent), for an attempt's detail.
+	Sent(id string, e store.LogEntry) (destination.Sent, error)
 }
 
 // Options configure a Server.
@@ -168,6 +171,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/disable", s.authed(s.disable))
 	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}/attempts", s.authed(s.attempts))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/attempts/{n}/retry", s.authed(s.retry))
+	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}/attempts/{n}", s.authed(s.attemptDetail))
+	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}/minutes", s.authed(s.minutes))
 
 	m.HandleFunc("GET /v1/streams/{channel}/snapshot", s.authed(s.snapshot))
 	m.HandleFunc("GET /v1/streams/{channel}/events", s.authed(s.events))

@@ -40,32 +40,6 @@ func (s *Server) listConnectors(w http.ResponseWriter, r *http.Request, p princi
 	writeJSON(w, http.StatusOK, map[string]any{"connectors": out})
 }
 
-func (s *Server) listDestinations(w http.ResponseWriter, r *http.Request, p principal) {
-	conn := destination.Connector(r.PathValue("connector"))
-	if !conn.Known() {
-		writeError(w, errNotFound("no connector "+strconv.Quote(string(conn))+": use eventbridge, kinesis or pubsub"))
-		return
-	}
-	cards := []stream.Card{}
-	for _, d := range s.opts.Destinations.Destinations() {
-		// Listed only under its own connector, and only to a token that may see it.
-		if d.Connector != conn || !p.sees(d.Account) {
-			continue
-		}
-		card, err := s.opts.Streams.Card(r.Context(), d)
-		if errors.Is(err, stream.ErrNotFound) {
-			continue // removed from Redis under us; the next reload makes it again
-		}
-		if err != nil {
-			s.internal(w, r, err)
-			return
-		}
-		s.addLag(r.Context(), &card, d)
-		cards = append(cards, card)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"destinations": cards})
-}
-
 // lookup finds the destination of a /v1/connectors/{connector}/destinations/{id} path.
 // Another account's destination answers exactly like a missing one, so an account token
 // cannot learn which ids exist; so does one that lives under another connector.
@@ -142,6 +116,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 	var body struct {
 		From       string `json:"from"`
 		AfterEvent string `json:"after_event"`
+		DryRun     bool   `json:"dry_run"` // count what it would send, send nothing (recovery.go)
 	}
 	b, e := readBody(r)
 	if e != nil {
@@ -160,6 +135,10 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 			return
 		}
 		point.From = t
+	}
+	if body.DryRun {
+		s.replayDryRun(w, r, d, point, body.AfterEvent)
+		return
 	}
 	if !s.allow(w, p, d, replayAction) {
 		return

@@ -100,7 +100,7 @@ local function commit_one()
   local epoch, warn_after = ARGV[17], ARGV[18]
   -- One read of the hash, and its changes gathered in set / del, written by apply().
   local h = redis.call('HMGET', KEYS[1], 'lease_token', 'ctlv', 'status', 'epoch', 'cursor', 'consecutive_failures',
-    'last_failure', 'last_delivery', 'disabled', 'failing', 'pending', 'attempts')
+    'last_failure', 'last_delivery', 'disabled', 'failing', 'pending', 'attempts', 'chart_minute')
   if token ~= '0' and h[1] ~= token then return 'STALE' end
   local status = h[3]
   if not status then return 'UNKNOWN' end
@@ -144,6 +144,8 @@ local function commit_one()
     etype = 'message.expired'
   end
   fields.class = kind
+  local chart_minute = h[13]
+` + MinuteCountLua /* the chart's per-minute count (minutes.go) */ + `
   put('consecutive_failures', failures)
   -- A warning threshold reached: destination.failing, once per threshold per run of
   -- failures (a delivery or an activation ends the run; the count only climbs by one).

@@ -52,6 +52,7 @@ type Received struct {
 func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 	t.Run("EventsArriveInOrderExactlyOnce", func(t *testing.T) { testOrder(t, newBackend(t)) })
 	t.Run("BodyHasTheContractShape", func(t *testing.T) { testBody(t, newBackend(t)) })
+	t.Run("RenderIsWhatArrives", func(t *testing.T) { testRender(t, newBackend(t)) })
 	t.Run("Faults", func(t *testing.T) {
 		names := slices.Sorted(maps.Keys(newBackend(t).Faults))
 		if len(names) == 0 {
