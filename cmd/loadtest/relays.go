@@ -31,7 +31,8 @@ func (r *replica) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(r.bin, "serve", "--config", r.config)
+	// Debug: the drill counts every delivery attempt, delivered ones too, from the logs.
+	cmd := exec.Command(r.bin, "serve", "--config", r.config, "--log-level", "debug")
 	cmd.Env = append(os.Environ(), r.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

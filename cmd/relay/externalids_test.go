@@ -135,7 +135,8 @@ destinations:
 		t.Helper()
 		for id := range roles {
 			deadline := time.Now().Add(60 * time.Second)
-			for !slices.Equal(delivered(id), published) {
+			// The bus holds every event, and the card its last delivery (committed behind the write).
+			for !slices.Equal(delivered(id), published) || !cardDelivered(card(id), published[len(published)-1]) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%s got %d of %d events; card %+v\nlogs:\n%s", id, len(delivered(id)), len(published), card(id), logs)
 				}
@@ -378,4 +379,9 @@ destinations:
 		!strings.Contains(line.Msg, "relay external-ids --config "+path) {
 		t.Errorf("warning: %s", logs.String())
 	}
+}
+
+// cardDelivered says the card's last delivery is the event eventID.
+func cardDelivered(c stream.Card, eventID string) bool {
+	return c.LastDelivery != nil && c.LastDelivery.EventID == eventID
 }

@@ -310,7 +310,13 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	outcome := failures.Classify(sendErr)
 	endSpan(string(outcome.Class), outcome.Message)
 	w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
-	w.d.opts.Logger.Info("delivery attempt", "destination", dest.ID, "event_id", e.EventID,
+	// A delivery is logged at debug (the attempt log and the metrics have it: a line per
+	// delivery would cost more than the delivery); every failure at info.
+	level := slog.LevelInfo
+	if outcome.Class == failures.Delivered {
+		level = slog.LevelDebug
+	}
+	w.d.opts.Logger.Log(ctx, level, "delivery attempt", "destination", dest.ID, "event_id", e.EventID,
 		"class", string(outcome.Class), "code", failures.Code(sendErr), "message", outcome.Message)
 	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message, Cursor: e.ID}
 	switch outcome.Class {
