@@ -30,6 +30,7 @@ const fanOutConns = 1024
 // at a time, the next only after the answer. No broker, no Redis, no relay: the limit of
 // this machine for the row's writes, signed the same way.
 type fanOut struct {
+	prefix  string // of every bus of the row's writers
 	buses   []string
 	clients []*eventbridge.Client
 	http    *awshttp.BuildableClient
@@ -38,9 +39,9 @@ type fanOut struct {
 // newFanOut assumes one role per destination on the sandbox STS (each trusting its own
 // ExternalId, as in the relay's rows) and builds its client, then warms every writer up
 // with one write, so the timed repetitions see live sessions and connections.
-func newFanOut(ctx context.Context, r benchRun, idx int, stsURL, busURL string, stsH *awstest.STS, bus *stampedBus, key []byte) (*fanOut, error) {
+func newFanOut(ctx context.Context, r benchRun, idx int, stsURL string, stsH *awstest.STS, bus *remoteBus, key []byte) (*fanOut, error) {
 	conns := min(r.dests, fanOutConns)
-	f := &fanOut{buses: make([]string, r.dests), clients: make([]*eventbridge.Client, r.dests),
+	f := &fanOut{prefix: fanOutBusPrefix(idx), buses: make([]string, r.dests), clients: make([]*eventbridge.Client, r.dests),
 		http: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxConnsPerHost, t.MaxIdleConnsPerHost, t.MaxIdleConns = conns, conns, conns
 		})}
@@ -50,14 +51,14 @@ func newFanOut(ctx context.Context, r benchRun, idx int, stsURL, busURL string, 
 		role := fmt.Sprintf("arn:aws:iam::111122223333:role/bench-fanout-%d-%d", idx, i)
 		ext := fmt.Sprintf("bench-fanout-%d-%d", idx, i)
 		stsH.RequireExternalID(role, ext)
-		f.buses[i] = fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-fanout-%d-%d", idx, i)
+		f.buses[i] = fmt.Sprintf("%s%d", fanOutBusPrefix(idx), i)
 		out, err := ours.AssumeRole(ctx, &sts.AssumeRoleInput{RoleArn: aws.String(role),
 			RoleSessionName: aws.String("mercamap-acct_bench"), ExternalId: aws.String(ext), DurationSeconds: aws.Int32(900)})
 		if err != nil {
 			return fmt.Errorf("assume %s: %w", role, err)
 		}
 		c := out.Credentials
-		f.clients[i] = eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(busURL),
+		f.clients[i] = eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(bus.url),
 			HTTPClient: f.http, Retryer: aws.NopRetryer{},
 			Credentials: credentials.NewStaticCredentialsProvider(aws.ToString(c.AccessKeyId), aws.ToString(c.SecretAccessKey), aws.ToString(c.SessionToken))})
 		return nil
@@ -74,24 +75,27 @@ func newFanOut(ctx context.Context, r benchRun, idx int, stsURL, busURL string, 
 }
 
 // run writes evs to every bus, all writers starting together, and measures it: the rate
-// is N × E / (start → the bus's last answer), the CPU that of this process (writers and
-// bus), in which nothing else runs meanwhile.
-func (f *fanOut) run(ctx context.Context, evs []*event, bus *stampedBus) *bareResult {
+// is N × E / (start → the bus's last answer), the CPU that of this process (the writers:
+// nothing else works in it meanwhile) and of the bus process.
+func (f *fanOut) run(ctx context.Context, evs []*event, bus *remoteBus) *bareResult {
 	base := bus.count()
-	cpu0 := selfCPU()
+	cpu0, bus0 := selfCPU(), procCPU(bus.pid())
 	start := time.Now()
 	if _, err := f.write(ctx, evs, bus, base); err != nil {
 		return &bareResult{err: err.Error()}
 	}
-	res := &bareResult{loadCPU: selfCPU() - cpu0}
-	_, last := bus.latencies(evs, f.buses)
+	res := &bareResult{loadCPU: selfCPU() - cpu0, busCPU: procCPU(bus.pid()) - bus0}
+	_, last, err := bus.latencies(evs, f.prefix)
+	if err != nil {
+		return &bareResult{err: err.Error()}
+	}
 	res.perSec = float64(len(evs)*len(f.buses)) / last.Sub(start).Seconds()
 	return res
 }
 
 // write puts evs, in order and one at a time, on each writer's bus, and waits until the
 // bus holds all of them.
-func (f *fanOut) write(ctx context.Context, evs []*event, bus *stampedBus, base int) (int, error) {
+func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base int) (int, error) {
 	for _, e := range evs {
 		e.sentAt = time.Now() // no publish here: "sent" is the start of the writes
 	}
