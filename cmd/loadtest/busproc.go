@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,8 @@ type busStamps struct {
 	at    map[string]map[string]int64 // event_id → bus → first take, Unix ns
 	dups  int
 	n     int
+	more  chan struct{} // closed (and replaced) when n reaches wake
+	wake  int           // what the latest /_bench/count?atleast= waits for; 0: none
 }
 
 type statusWriter struct {
@@ -49,11 +52,31 @@ func (w *statusWriter) WriteHeader(c int) { w.code = c; w.ResponseWriter.WriteHe
 func (s *busStamps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/_bench/count":
-		s.mu.Lock()
-		c := busCount{N: s.n, Dups: s.dups}
-		s.mu.Unlock()
-		json.NewEncoder(w).Encode(c)
-		return
+		// ?atleast=N waits (up to a second) until N entries are taken: the bench waits
+		// for a repetition's end with a request a second, not a poll every few ms that
+		// the bus's and the load process's CPU would carry.
+		atLeast, _ := strconv.Atoi(r.URL.Query().Get("atleast"))
+		deadline := time.After(time.Second)
+		for {
+			s.mu.Lock()
+			c, more := busCount{N: s.n, Dups: s.dups}, s.more
+			if c.N < atLeast {
+				s.wake = atLeast
+			}
+			s.mu.Unlock()
+			if c.N >= atLeast {
+				json.NewEncoder(w).Encode(c)
+				return
+			}
+			select {
+			case <-more:
+			case <-deadline:
+				json.NewEncoder(w).Encode(c)
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
 	case "/_bench/stamps":
 		var q stampQuery
 		if err := json.NewDecoder(r.Body).Decode(&q); err != nil {
@@ -96,6 +119,10 @@ func (s *busStamps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		byBus[e.EventBusName] = now
 		s.n++
 	}
+	if s.wake > 0 && s.n >= s.wake {
+		close(s.more)
+		s.more, s.wake = make(chan struct{}), 0
+	}
 }
 
 // busCount is what /_bench/count answers: entries taken (first takes) and duplicates.
@@ -135,7 +162,7 @@ func runBus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: &busStamps{inner: awstest.NewEventBridgeHandler(), at: map[string]map[string]int64{}}}
+	srv := &http.Server{Handler: &busStamps{inner: awstest.NewEventBridgeHandler(), at: map[string]map[string]int64{}, more: make(chan struct{})}}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -190,10 +217,14 @@ func (b *remoteBus) pid() int { return b.cmd.Process.Pid }
 
 func (b *remoteBus) close() { b.cmd.Process.Signal(syscall.SIGTERM) }
 
-func (b *remoteBus) counts() busCount {
+func (b *remoteBus) counts() busCount { return b.countAtLeast(0) }
+
+// countAtLeast is the bus's counts once it has taken n entries, or after a second.
+func (b *remoteBus) countAtLeast(n int) busCount {
 	var c busCount
-	resp, err := b.http.Get(b.url + "/_bench/count")
+	resp, err := b.http.Get(b.url + "/_bench/count?atleast=" + strconv.Itoa(n))
 	if err != nil {
+		time.Sleep(100 * time.Millisecond) // the bus is gone: the caller's stall deadline ends the wait
 		return c
 	}
 	defer resp.Body.Close()
