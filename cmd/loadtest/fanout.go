@@ -25,15 +25,18 @@ import (
 const fanOutConns = 1024
 
 // fanOut is the bare fan-out of a many-destination row: one writer per destination, each
-// with its own assumed session and SDK client (as the relay's sink keeps them), putting
-// the row's events on its own bus of the same sandbox EventBridge, one PutEvents entry
-// at a time, the next only after the answer. No broker, no Redis, no relay: the limit of
-// this machine for the row's writes, signed the same way.
+// with its own assumed session, putting the row's events on its own bus of the same
+// sandbox EventBridge, one PutEvents entry at a time, the next only after the answer.
+// As the relay's sink does (internal/sinks/eventbridge), the writers share one SDK client
+// (retries off) and sign each call with their own session, given as a per-call option. No
+// broker, no Redis, no relay: the limit of this machine for the row's writes, signed the
+// same way.
 type fanOut struct {
-	prefix  string // of every bus of the row's writers
-	buses   []string
-	clients []*eventbridge.Client
-	http    *awshttp.BuildableClient
+	prefix string // of every bus of the row's writers
+	buses  []string
+	creds  []aws.Credentials // each writer's session
+	client *eventbridge.Client
+	http   *awshttp.BuildableClient
 }
 
 // newFanOut assumes one role per destination on the sandbox STS (each trusting its own
@@ -41,7 +44,7 @@ type fanOut struct {
 // with one write, so the timed repetitions see live sessions and connections.
 func newFanOut(ctx context.Context, r benchRun, idx int, stsURL string, stsH *awstest.STS, bus *remoteBus, key []byte) (*fanOut, error) {
 	conns := min(r.dests, fanOutConns)
-	f := &fanOut{prefix: fanOutBusPrefix(idx), buses: make([]string, r.dests), clients: make([]*eventbridge.Client, r.dests),
+	f := &fanOut{prefix: fanOutBusPrefix(idx), buses: make([]string, r.dests), creds: make([]aws.Credentials, r.dests),
 		http: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxConnsPerHost, t.MaxIdleConnsPerHost, t.MaxIdleConns = conns, conns, conns
 		})}
@@ -58,14 +61,14 @@ func newFanOut(ctx context.Context, r benchRun, idx int, stsURL string, stsH *aw
 			return fmt.Errorf("assume %s: %w", role, err)
 		}
 		c := out.Credentials
-		f.clients[i] = eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(bus.url),
-			HTTPClient: f.http, Retryer: aws.NopRetryer{},
-			Credentials: credentials.NewStaticCredentialsProvider(aws.ToString(c.AccessKeyId), aws.ToString(c.SecretAccessKey), aws.ToString(c.SessionToken))})
+		f.creds[i] = aws.Credentials{AccessKeyID: aws.ToString(c.AccessKeyId), SecretAccessKey: aws.ToString(c.SecretAccessKey), SessionToken: aws.ToString(c.SessionToken)}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	f.client = eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(bus.url),
+		HTTPClient: f.http, Retryer: aws.NopRetryer{}})
 	warm := []*event{sizedEvent("bench.fanout", key, 0, r.size)}
 	base := bus.count()
 	if _, err := f.write(ctx, warm, bus, base); err != nil {
@@ -99,11 +102,14 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base i
 	for _, e := range evs {
 		e.sentAt = time.Now() // no publish here: "sent" is the start of the writes
 	}
-	err := parallel(ctx, len(f.clients), func(i int) error {
+	err := parallel(ctx, len(f.creds), func(i int) error {
+		session := func(o *eventbridge.Options) {
+			o.Credentials = credentials.NewStaticCredentialsProvider(f.creds[i].AccessKeyID, f.creds[i].SecretAccessKey, f.creds[i].SessionToken)
+		}
 		for _, e := range evs {
-			if _, err := f.clients[i].PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+			if _, err := f.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 				EventBusName: aws.String(f.buses[i]), Source: aws.String("com.bench.bare"), DetailType: aws.String(e.key),
-				Detail: aws.String(bareDetail(e.id, e.msg.Body)), Time: aws.Time(time.Now())}}}); err != nil {
+				Detail: aws.String(bareDetail(e.id, e.msg.Body)), Time: aws.Time(time.Now())}}}, session); err != nil {
 				return fmt.Errorf("PutEvents to %s: %w", f.buses[i], err)
 			}
 		}
@@ -112,7 +118,7 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base i
 	if err != nil {
 		return 0, err
 	}
-	want := len(evs) * len(f.clients)
+	want := len(evs) * len(f.creds)
 	if !waitCount(ctx, bus, base, want, 30*time.Second) {
 		return 0, fmt.Errorf("%d of %d writes on the bus, then none for 30 s", bus.count()-base, want)
 	}
