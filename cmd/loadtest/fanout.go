@@ -19,13 +19,16 @@ import (
 	"github.com/mercamap/relay/internal/awstest"
 )
 
-// fanOutConns caps the bare fan-out's connections to the bus: one per writer up to this
-// many (10,000 writers with a connection each would hold 20,000 descriptors in this
-// process, bus side included), shared beyond it.
+// fanOutConns caps the bare fan-out's connections to the bus and its writes in flight:
+// one writer per destination up to this many (10,000 writers with a connection each would
+// hold 20,000 descriptors in this process, bus side included); beyond it each of this
+// many writers owns every fanOutConns-th destination and writes their events in turn.
+// More goroutines than connections would only queue inside the HTTP transport (100,000
+// of them held 7 GB in this process), not write faster: the two cores bound the rate.
 const fanOutConns = 1024
 
-// fanOut is the bare fan-out of a many-destination row: one writer per destination, each
-// with its own assumed session, putting the row's events on its own bus of the same
+// fanOut is the bare fan-out of a many-destination row: one writer per destination (up to
+// fanOutConns), each destination with its own assumed session, putting the row's events on its own bus of the same
 // sandbox EventBridge, one PutEvents entry at a time, the next only after the answer.
 // As the relay's sink does (internal/sinks/eventbridge), the writers share one SDK client
 // (retries off) and sign each call with their own session, given as a per-call option. No
@@ -50,7 +53,7 @@ func newFanOut(ctx context.Context, r benchRun, idx int, stsURL string, stsH *aw
 		})}
 	ours := sts.New(sts.Options{Region: "us-east-1", BaseEndpoint: aws.String(stsURL), HTTPClient: f.http,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDBENCH", "bench-not-a-secret", "")})
-	err := parallel(ctx, r.dests, func(i int) error {
+	err := writers(ctx, r.dests, func(i int) error {
 		role := fmt.Sprintf("arn:aws:iam::111122223333:role/bench-fanout-%d-%d", idx, i)
 		ext := fmt.Sprintf("bench-fanout-%d-%d", idx, i)
 		stsH.RequireExternalID(role, ext)
@@ -96,13 +99,13 @@ func (f *fanOut) run(ctx context.Context, evs []*event, bus *remoteBus) *bareRes
 	return res
 }
 
-// write puts evs, in order and one at a time, on each writer's bus, and waits until the
-// bus holds all of them.
+// write puts evs, in order and one at a time, on each destination's bus, and waits until
+// the bus holds all of them.
 func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base int) (int, error) {
 	for _, e := range evs {
 		e.sentAt = time.Now() // no publish here: "sent" is the start of the writes
 	}
-	err := parallel(ctx, len(f.creds), func(i int) error {
+	err := writers(ctx, len(f.creds), func(i int) error {
 		session := func(o *eventbridge.Options) {
 			o.Credentials = credentials.NewStaticCredentialsProvider(f.creds[i].AccessKeyID, f.creds[i].SecretAccessKey, f.creds[i].SessionToken)
 		}
@@ -133,17 +136,22 @@ func bareDetail(id string, body []byte) string {
 	return `{"event_id":"` + id + `","data":` + string(body) + `}`
 }
 
-// parallel runs fn(0) … fn(n-1) on n goroutines and returns the first error.
-func parallel(ctx context.Context, n int, fn func(int) error) error {
+// writers runs fn(0) … fn(n-1) on min(n, fanOutConns) goroutines, goroutine w taking
+// w, w+fanOutConns, … in turn, and returns the first error.
+func writers(ctx context.Context, n int, fn func(int) error) error {
+	w := min(n, fanOutConns)
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
-	for i := range n {
+	for k := range w {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(i); err != nil {
-				once.Do(func() { first = err })
+			for i := k; i < n && ctx.Err() == nil; i += w {
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
 			}
 		}()
 	}
