@@ -28,7 +28,7 @@ import (
 const fanOutConns = 1024
 
 // fanOut is the bare fan-out of a many-destination row: one writer per destination (up to
-// fanOutConns), each destination with its own assumed session, putting the row's events on its own bus of the same
+// fanOutConns), each writer with its own assumed session, putting the row's events on its own bus of the same
 // sandbox EventBridge, one PutEvents entry at a time, the next only after the answer.
 // As the relay's sink does (internal/sinks/eventbridge), the writers share one SDK client
 // (retries off) and sign each call with their own session, given as a per-call option. No
@@ -37,34 +37,38 @@ const fanOutConns = 1024
 type fanOut struct {
 	prefix string // of every bus of the row's writers
 	buses  []string
-	creds  []aws.Credentials // each writer's session
+	creds  []aws.Credentials // each writer's session (writer w: every fanOutConns-th bus from w)
 	client *eventbridge.Client
 	http   *awshttp.BuildableClient
 }
 
-// newFanOut assumes one role per destination on the sandbox STS (each trusting its own
-// ExternalId, as in the relay's rows) and builds its client, then warms every writer up
-// with one write, so the timed repetitions see live sessions and connections.
+// newFanOut assumes one role per writer on the sandbox STS (each trusting its own
+// ExternalId, as in the relay's rows: up to fanOutConns destinations, one per
+// destination; beyond, a writer's destinations share its session, which costs a write
+// the same signing) and builds the shared client, then warms every bus up with one
+// write, so the timed repetitions see live sessions and connections.
 func newFanOut(ctx context.Context, r benchRun, idx int, stsURL string, stsH *awstest.STS, bus *remoteBus, key []byte) (*fanOut, error) {
 	conns := min(r.dests, fanOutConns)
-	f := &fanOut{prefix: fanOutBusPrefix(idx), buses: make([]string, r.dests), creds: make([]aws.Credentials, r.dests),
+	f := &fanOut{prefix: fanOutBusPrefix(idx), buses: make([]string, r.dests), creds: make([]aws.Credentials, conns),
 		http: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxConnsPerHost, t.MaxIdleConnsPerHost, t.MaxIdleConns = conns, conns, conns
 		})}
+	for i := range f.buses {
+		f.buses[i] = fmt.Sprintf("%s%d", fanOutBusPrefix(idx), i)
+	}
 	ours := sts.New(sts.Options{Region: "us-east-1", BaseEndpoint: aws.String(stsURL), HTTPClient: f.http,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDBENCH", "bench-not-a-secret", "")})
-	err := writers(ctx, r.dests, func(i int) error {
-		role := fmt.Sprintf("arn:aws:iam::111122223333:role/bench-fanout-%d-%d", idx, i)
-		ext := fmt.Sprintf("bench-fanout-%d-%d", idx, i)
+	err := writers(ctx, conns, func(w, _ int) error {
+		role := fmt.Sprintf("arn:aws:iam::111122223333:role/bench-fanout-%d-%d", idx, w)
+		ext := fmt.Sprintf("bench-fanout-%d-%d", idx, w)
 		stsH.RequireExternalID(role, ext)
-		f.buses[i] = fmt.Sprintf("%s%d", fanOutBusPrefix(idx), i)
 		out, err := ours.AssumeRole(ctx, &sts.AssumeRoleInput{RoleArn: aws.String(role),
 			RoleSessionName: aws.String("mercamap-acct_bench"), ExternalId: aws.String(ext), DurationSeconds: aws.Int32(900)})
 		if err != nil {
 			return fmt.Errorf("assume %s: %w", role, err)
 		}
 		c := out.Credentials
-		f.creds[i] = aws.Credentials{AccessKeyID: aws.ToString(c.AccessKeyId), SecretAccessKey: aws.ToString(c.SecretAccessKey), SessionToken: aws.ToString(c.SessionToken)}
+		f.creds[w] = aws.Credentials{AccessKeyID: aws.ToString(c.AccessKeyId), SecretAccessKey: aws.ToString(c.SecretAccessKey), SessionToken: aws.ToString(c.SessionToken)}
 		return nil
 	})
 	if err != nil {
@@ -105,9 +109,9 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base i
 	for _, e := range evs {
 		e.sentAt = time.Now() // no publish here: "sent" is the start of the writes
 	}
-	err := writers(ctx, len(f.creds), func(i int) error {
+	err := writers(ctx, len(f.buses), func(w, i int) error {
 		session := func(o *eventbridge.Options) {
-			o.Credentials = credentials.NewStaticCredentialsProvider(f.creds[i].AccessKeyID, f.creds[i].SecretAccessKey, f.creds[i].SessionToken)
+			o.Credentials = credentials.NewStaticCredentialsProvider(f.creds[w].AccessKeyID, f.creds[w].SecretAccessKey, f.creds[w].SessionToken)
 		}
 		for _, e := range evs {
 			if _, err := f.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
@@ -121,7 +125,7 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base i
 	if err != nil {
 		return 0, err
 	}
-	want := len(evs) * len(f.creds)
+	want := len(evs) * len(f.buses)
 	if !waitCount(ctx, bus, base, want, 30*time.Second) {
 		return 0, fmt.Errorf("%d of %d writes on the bus, then none for 30 s", bus.count()-base, want)
 	}
@@ -136,9 +140,9 @@ func bareDetail(id string, body []byte) string {
 	return `{"event_id":"` + id + `","data":` + string(body) + `}`
 }
 
-// writers runs fn(0) … fn(n-1) on min(n, fanOutConns) goroutines, goroutine w taking
-// w, w+fanOutConns, … in turn, and returns the first error.
-func writers(ctx context.Context, n int, fn func(int) error) error {
+// writers runs fn(w, i) for i = 0 … n-1 on min(n, fanOutConns) goroutines, goroutine w
+// taking i = w, w+fanOutConns, … in turn, and returns the first error.
+func writers(ctx context.Context, n int, fn func(w, i int) error) error {
 	w := min(n, fanOutConns)
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -148,7 +152,7 @@ func writers(ctx context.Context, n int, fn func(int) error) error {
 		go func() {
 			defer wg.Done()
 			for i := k; i < n && ctx.Err() == nil; i += w {
-				if err := fn(i); err != nil {
+				if err := fn(k, i); err != nil {
 					once.Do(func() { first = err })
 					return
 				}
