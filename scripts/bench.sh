@@ -108,8 +108,14 @@ echo "bench: end to end (cmd/loadtest bench)" >&2
 "$state/loadtest" bench -relay "$state/relay" -state "$state" -rabbit-pid "$(<"$state/rabbit.pid")" \
 	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" "${cluster_args[@]}" \
 	-aims-out "$state/aims.md" "${baseline_args[@]}" "${e2e[@]}" >"$state/e2e.md"
-cat "$state/aims.md" "$state/e2e.md" >>"$report"
-echo "bench: $((SECONDS / 60)) min $((SECONDS % 60)) s in all" >&2
+took="$((SECONDS / 60)) min $((SECONDS % 60)) s"
+{
+	cat "$state/aims.md"
+	echo "The whole run (peers, builds, every row) took $took; load average at its end $(cut -d' ' -f1-3 /proc/loadavg)."
+	echo
+	cat "$state/e2e.md"
+} >>"$report"
+echo "bench: $took in all" >&2
 
 if [[ $doc == - ]]; then
 	cat "$report"

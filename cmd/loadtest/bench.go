@@ -370,7 +370,16 @@ destinations:
 	// passes.
 	for i := range r.dests {
 		key := fmt.Sprintf("relay:{acct_bench}:dest:d%d", i)
-		e.sts.RequireExternalIDOf(fmt.Sprintf(role, idx, i), func() string { return rdb.HGet(ctx, key, "external_id").Val() })
+		var mu sync.Mutex
+		var ext string // once stored, an ExternalId never changes: read Redis until it is
+		e.sts.RequireExternalIDOf(fmt.Sprintf(role, idx, i), func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			if ext == "" {
+				ext = rdb.HGet(ctx, key, "external_id").Val()
+			}
+			return ext
+		})
 	}
 	bin := e.relayBin
 	if r.baseline != "" {
