@@ -93,7 +93,7 @@ type benchResult struct {
 	dups                 int
 	rssIdle, rssEnd, hwm int           // kB
 	startup              time.Duration // relay start → every destination has the warm-up event
-	bareSetup            time.Duration // the bare path's sessions, clients and warm-up write, before the relay starts
+	bareTime             time.Duration // the bare path in all (sessions, clients, warm-up, its repetitions), before the relay starts
 	idleFor              time.Duration
 	idleCPU              []masterCPU   // per Redis master, over idleFor after the warm-up, nothing published
 	idleRelayCPU         time.Duration // the relay process over the same window
@@ -254,7 +254,7 @@ func runBench(ctx context.Context, args []string) error {
 	for i, r := range runs {
 		t0 := time.Now()
 		bares := e.bareReps(ctx, r, i)
-		setup := time.Since(t0)
+		bareTime := time.Since(t0)
 		var res benchResult
 		if r.cluster {
 			res = e.benchOne(ctx, r, i, clusterURL, cluster, bares)
@@ -262,7 +262,7 @@ func runBench(ctx context.Context, args []string) error {
 			res = e.benchOne(ctx, r, i, redisURL, rdb, bares)
 		}
 		if len(bares) > 0 {
-			res.bareSetup = setup
+			res.bareTime = bareTime
 		}
 		if res.err != "" {
 			logf("run %d (%d destinations) failed: %s", i+1, r.dests, res.err)
