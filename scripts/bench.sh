@@ -1,39 +1,36 @@
 #!/usr/bin/env bash
-# The relay's benchmarks on private local peers, written into docs/benchmarks.md
-# (between its "make bench" markers; everything else in the file is left alone):
+# The relay's end-to-end benchmarks on private local peers, judged against the aims of
+# issue 23 and written into docs/benchmarks.md (between its "make bench" markers;
+# everything else in the file is left alone). `cmd/loadtest bench` runs one `relay serve`
+# per row, delivering to EventBridge destinations on a copy of the sandbox's EventBridge
+# (internal/awstest) in a process of its own (`loadtest bus`, which notes when it answered
+# each entry) and STS; each row beside its bare path measured in the same run:
 #
-# 1. Ingest (cmd/benchingest -prefill): the relay's consumer draining a full quorum queue
-#    into Redis, beside a bare amqp091-go consumer on the same broker, median of 3 runs;
-#    1 KB events, then 16 KB and 64 KB.
-# 2. End to end (cmd/loadtest bench): one `relay serve` per row, delivering to EventBridge
-#    destinations on an in-process copy of the sandbox's EventBridge and STS
-#    (internal/awstest) that notes when it answered each entry. Rows grow one thing at a
-#    time: publish rate, event size, destinations. Each reports deliveries/s, latency from
-#    publish to the bus's answer, duplicates and the relay's RSS; one-destination rows also
-#    run the same load through a bare consumer that puts each delivery on the same bus
-#    (the "bare pipeline"), and relay-added latency is the relay's percentile minus it;
-#    many-destination rows run a "bare fan-out" beside them (one SDK writer per destination,
-#    one write at a time, same bus, same signing, no relay and no Redis). Every row reports
-#    the CPU per delivery of the relay, Redis, the broker and the load process (publisher +
-#    bus). The rows judged by an aim run three times (medians).
-# 3. The same on Redis Cluster, beside the single server in the same run: a private cluster
-#    of 3 masters + 3 replicas (cmd/loadtest redis-cluster, started like the tests' through
-#    internal/testpeer) runs the 1 KB ingest and the 1,000-destination row again
-#    (loadtest bench -cluster-redis); both report each Redis master's CPU per event and
-#    per delivery (ingest: the master processes' CPU; end to end: INFO cpu).
-# 4. The baseline: `relay` built at BENCH_BASELINE (a git rev, default f3cbb5e, the one
-#    issue 17 measured; "none" skips it) from `git archive` into the state directory runs
-#    the 1,000-destination row too, so "Redis CPU per delivery halved" compares two
-#    figures of the same run.
-# The report starts with the aims of issue 17, each with its figure and verdict; with
-# BENCH_DOC unset that table is printed on stdout too.
+# - 1 destination, 1 KB at 200/s and as fast as confirmed, beside the bare pipeline (a
+#   bare consumer putting each delivery on the same bus): latency and throughput aims.
+# - 0 destinations: ingest alone (nothing reads the account's log): Redis CPU per
+#   ingested event, the denominator of "Redis CPU per delivery".
+# - 100, 1,000, 10,000 and 100,000 destinations, beside the bare fan-out (one SDK writer
+#   per destination, one write at a time, same bus, same signing, no relay, no Redis);
+#   the 10,000 row also reads Redis's and the relay's CPU over 15 s with nothing published
+#   (leased idle destinations).
+# - 1,000 destinations again on a private Redis Cluster of 3 masters + 3 replicas
+#   (cmd/loadtest redis-cluster, started like the tests' through internal/testpeer).
+# Every row reports the CPU per delivery of the relay, Redis, the broker, the bus and the
+# load process (publisher, or the bare path's consumer or writers). The rows judged by
+# an aim run three times (medians), but the 100,000-destination row (once).
+# The report starts with the aims of issue 23, each with its figure and verdict; with
+# BENCH_DOC unset that table is printed on stdout too. Ingest beside a bare consumer
+# (issue 17's ingest aims) is `make bench-ingest`'s, no longer part of this run.
 #
 #   make bench                          all of it, then docs/benchmarks.md is updated
-#   scripts/bench.sh -runs 1:2000:200   end to end only, these rows (destinations:events:rate[:bytes[:repeats]])
+#   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats]]),
+#                                       then the cluster's rows (BENCH_CLUSTER_RUNS)
 #   BENCH_DOC=- scripts/bench.sh        print the report instead of writing the doc
+#   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:3); none: no cluster started
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
-#                                       1 KB ingest and 1,000 destinations on each (a shorter run)
-#   BENCH_BASELINE=<rev>|none           the baseline relay (full runs only, unless set: then always)
+#                                       1,000 destinations on each (a shorter run)
+#   BENCH_BASELINE=<rev>                also run the 1,000-destination row with `relay` built at that git rev
 #
 # Progress goes to stderr. Ports: BENCH_E2E_REDIS_PORT 17579, BENCH_E2E_RABBIT_PORT 26872
 # (+1 dist), BENCH_E2E_EPMD_PORT 24669; the Redis Cluster takes free random ports in
@@ -63,17 +60,14 @@ trap 'exit 130' INT TERM
 scripts/peers.sh install
 peer_env=$(scripts/peers.sh start "$state") # fails the script when a port is taken
 eval "$peer_env"
-echo "bench: building relay, loadtest and benchingest into $state" >&2
+echo "bench: building relay and loadtest into $state" >&2
 go build -o "$state/relay" ./cmd/relay
 go build -o "$state/loadtest" ./cmd/loadtest
-go build -o "$state/benchingest" ./cmd/benchingest
 
-# The baseline relay: in a full run (no arguments, not BENCH_CLUSTER_ONLY), or whenever
-# BENCH_BASELINE is set.
+# The baseline relay, only when BENCH_BASELINE names a git rev.
 baseline_args=()
-baseline=${BENCH_BASELINE:-}
-if [[ -z $baseline && $# -eq 0 && -z ${BENCH_CLUSTER_ONLY:-} ]]; then baseline=f3cbb5e; fi
-if [[ -n $baseline && $baseline != none ]]; then
+baseline=${BENCH_BASELINE:-none}
+if [[ $baseline != none ]]; then
 	rev=$(git rev-parse --short "$baseline^{commit}")
 	echo "bench: building the baseline relay at $rev into $state/relay-$rev" >&2
 	mkdir -p "$state/baseline-src"
@@ -85,59 +79,43 @@ if [[ -n $baseline && $baseline != none ]]; then
 	fi
 fi
 
-echo "bench: starting a Redis Cluster (3 masters + 3 replicas) under $state/rcluster" >&2
-"$state/loadtest" redis-cluster -dir "$state/rcluster" -env "$state/rcluster.env" 2>"$state/rcluster.log" &
-cluster_pid=$!
-for ((i = 0; i < 600; i++)); do
-	[[ -s $state/rcluster.env ]] && break
-	kill -0 "$cluster_pid" 2>/dev/null || { cat "$state/rcluster.log" >&2; echo "bench: the Redis Cluster did not start" >&2; exit 1; }
-	sleep 0.1
-done
-[[ -s $state/rcluster.env ]] || { echo "bench: the Redis Cluster was not ready within 60 s" >&2; exit 1; }
-source "$state/rcluster.env"
+e2e=("$@")
+[[ -z ${BENCH_CLUSTER_ONLY:-} ]] || e2e=(-runs 1000:20:0:1024:3)
+cluster_runs=${BENCH_CLUSTER_RUNS:-1000:20:0:1024:3}
+cluster_args=()
+if [[ $cluster_runs != none ]]; then
+	echo "bench: starting a Redis Cluster (3 masters + 3 replicas) under $state/rcluster" >&2
+	"$state/loadtest" redis-cluster -dir "$state/rcluster" -env "$state/rcluster.env" 2>"$state/rcluster.log" &
+	cluster_pid=$!
+	for ((i = 0; i < 600; i++)); do
+		[[ -s $state/rcluster.env ]] && break
+		kill -0 "$cluster_pid" 2>/dev/null || { cat "$state/rcluster.log" >&2; echo "bench: the Redis Cluster did not start" >&2; exit 1; }
+		sleep 0.1
+	done
+	[[ -s $state/rcluster.env ]] || { echo "bench: the Redis Cluster was not ready within 60 s" >&2; exit 1; }
+	source "$state/rcluster.env"
+	cluster_args=(-cluster-redis "$BENCH_CLUSTER_REDIS_URL" -cluster-runs "$cluster_runs")
+fi
 
-# ingest SIZE N WARMUP [benchingest flags]: one ingest measurement into the report.
-ingest() {
-	local size=$1 n=$2 warm=$3
-	shift 3
-	"$state/benchingest" -prefill -size "$size" -n "$n" -warmup "$warm" -amqp "$RELAY_TEST_AMQP_URL" -flushdb \
-		-summary "$state/ingest.jsonl" "$@" >>"$ingest_md"
-	echo >>"$ingest_md"
-}
-
-report=$state/report.md ingest_md=$state/ingest.md
-: >"$ingest_md"
-: >"$state/ingest.jsonl"
+report=$state/report.md
 {
 	echo "## Latest \`make bench\` run"
 	echo
 	echo "Written by \`scripts/bench.sh\` $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- . ':!docs/benchmarks.md' 2>/dev/null || echo ' with uncommitted changes'). Private RabbitMQ and Redis from \`scripts/peers.sh\`; how each part is measured is in the sections below this one."
 	echo
 } >"$report"
-e2e=("$@")
-if (($# == 0)); then
-	# 1 KB events (the aim's), then larger ones: how ingest grows with event size; then
-	# 1 KB on the cluster.
-	sizes=(1024:50000:5000 16384:10000:1000 65536:3000:300)
-	[[ -z ${BENCH_CLUSTER_ONLY:-} ]] || { sizes=(1024:50000:5000); e2e=(-runs 1000:20:0); }
-	for size_n in "${sizes[@]}"; do
-		IFS=: read -r size n warm <<<"$size_n"
-		echo "bench: ingest of $size B events (cmd/benchingest -prefill, 3 runs)" >&2
-		ingest "$size" "$n" "$warm" -redis "$RELAY_TEST_REDIS_URL" \
-			-peer-pids "rabbitmq=$(<"$state/rabbit.pid"),redis=$(<"$state/redis.pid")"
-	done
-	echo "bench: ingest of 1024 B events on the Redis Cluster (cmd/benchingest -prefill, 3 runs)" >&2
-	ingest 1024 50000 5000 -redis "$BENCH_CLUSTER_REDIS_URL" -redis-label "Redis Cluster, 3 masters + 3 replicas" \
-		-peer-pids "rabbitmq=$(<"$state/rabbit.pid"),$BENCH_CLUSTER_REDIS_MASTERS"
-	echo "On the cluster the bench's account has one slot, so one master: its column is the cost of each event on the master that holds it; the other masters idle." >>"$ingest_md"
-	echo >>"$ingest_md"
-fi
 echo "bench: end to end (cmd/loadtest bench)" >&2
 "$state/loadtest" bench -relay "$state/relay" -state "$state" -rabbit-pid "$(<"$state/rabbit.pid")" \
-	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" -cluster-redis "$BENCH_CLUSTER_REDIS_URL" \
-	-ingest-summary "$state/ingest.jsonl" -aims-out "$state/aims.md" "${baseline_args[@]}" "${e2e[@]}" >"$state/e2e.md"
-cat "$state/aims.md" "$ingest_md" "$state/e2e.md" >>"$report"
-echo "bench: $(( SECONDS / 60 )) min $(( SECONDS % 60 )) s in all" >&2
+	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" "${cluster_args[@]}" \
+	-aims-out "$state/aims.md" "${baseline_args[@]}" "${e2e[@]}" >"$state/e2e.md"
+took="$((SECONDS / 60)) min $((SECONDS % 60)) s"
+{
+	cat "$state/aims.md"
+	echo "The whole run (peers, builds, every row) took $took; load average at its end $(cut -d' ' -f1-3 /proc/loadavg)."
+	echo
+	cat "$state/e2e.md"
+} >>"$report"
+echo "bench: $took in all" >&2
 
 if [[ $doc == - ]]; then
 	cat "$report"

@@ -17,7 +17,7 @@ import (
 // PutEvents, one in flight as for one ordered destination, and then acks it. Its
 // publish-to-bus latency at a row's rate and size is the floor the relay's is read against.
 // It runs r.repeats times on one consumer, after a warm-up.
-func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL string, key []byte, bus *stampedBus, rabbitPID int) []*bareResult {
+func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL string, key []byte, bus *remoteBus, rabbitPID int) []*bareResult {
 	var out []*bareResult
 	fail := func(format string, args ...any) []*bareResult {
 		return append(out, &bareResult{err: fmt.Sprintf(format, args...)})
@@ -51,8 +51,8 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 	if err != nil {
 		return fail("consume: %v", err)
 	}
-	busARN := fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-bare-%d", idx)
-	eb := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(busURL),
+	busARN := bareBusARN(idx)
+	eb := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(bus.url),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDBARE", "bare", "")})
 	putErr := make(chan error, 1)
 	go func() {
@@ -87,7 +87,7 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 			evs[i] = sizedEvent(name, key, len(warm)+k*r.events+i, r.size)
 		}
 		base = bus.count()
-		cpu0, rabbit0 := selfCPU(), procCPU(rabbitPID)
+		cpu0, bus0, rabbit0 := selfCPU(), procCPU(bus.pid()), procCPU(rabbitPID)
 		start := time.Now()
 		publishAt(ctx, pub, evs, r.rate)
 		if !waitCount(ctx, bus, base, len(evs), 120*time.Second) {
@@ -98,9 +98,11 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL, busURL stri
 			}
 			return fail("%d of %d on the bus, then none for 120 s", bus.count()-base, len(evs))
 		}
-		res := &bareResult{loadCPU: selfCPU() - cpu0, rabbitCPU: procCPU(rabbitPID) - rabbit0}
+		res := &bareResult{loadCPU: selfCPU() - cpu0, busCPU: procCPU(bus.pid()) - bus0, rabbitCPU: procCPU(rabbitPID) - rabbit0}
 		var last time.Time
-		res.lat, last = bus.latencies(evs, []string{busARN})
+		if res.lat, last, err = bus.latencies(evs, busARN); err != nil {
+			return fail("%v", err)
+		}
 		res.perSec = float64(len(evs)) / last.Sub(start).Seconds()
 		out = append(out, res)
 	}

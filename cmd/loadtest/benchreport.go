@@ -1,62 +1,32 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
 
-// The aims of issue 17, judged by judgeAims.
+// The aims of issue 23, judged by judgeAims.
 const (
-	aimSize             = 1024             // event size the latency and destination aims are set for
+	aimSize             = 1024             // event size every aim is set for
 	aimOneDest          = 0.90             // one destination as fast as confirmed / bare pipeline
-	aimFanOut           = 0.80             // 100 and 1,000 destinations / bare fan-out
-	aimRedisPerDelivery = 0.5              // Redis CPU per delivery / the baseline's, 1,000 destinations
-	aimPeakRSSKiB       = 150 * 1024       // 10,000 destinations, peak RSS
+	aimFanOut           = 0.80             // 100, 1,000 and 10,000 destinations / bare fan-out
+	aimCPUDests         = 1000             // the row the CPU-per-delivery aims are read on
+	aimRedisPerDelivery = 1.0              // Redis CPU per delivery / per ingested event
+	aimRelayCPU         = 1.3              // relay CPU per delivery / the bare fan-out's writers'
+	aimIdleDests        = 10000            // the idle aim's row: leased destinations, nothing published
+	aimIdleShare        = 0.02             // of one core, Redis and relay each
 	aimAddedP99         = time.Millisecond // relay-added p99, 1 destination, 1 KB at 200/s
 	aimLatencyRate      = 200              // the publish rate the latency aim is set for
+	aimManyDests        = 100000           // destinations on one replica
+	aimManyRSSKiB       = 1 << 20          // their peak RSS: 1 GiB
+	aimManyFanOut       = 0.70             // their deliveries/s / bare fan-out
+	aimClusterDests     = 1000             // one account's destinations on Redis Cluster
+	aimCluster          = 0.90             // deliveries/s on the cluster / on one server
+	issue17RSSKiB       = 150 * 1024       // issue 17: 10,000 destinations, peak RSS
 )
-
-// aimIngest is the ingest aim per event size: relay / bare consumer, median of 3.
-var aimIngest = []struct {
-	size  int
-	ratio float64
-}{{1024, 0.90}, {16384, 0.60}, {65536, 0.50}}
-
-// ingestSummary is one benchingest measurement, as its -summary file holds it (one JSON
-// object a line).
-type ingestSummary struct {
-	Size   int       `json:"size"`
-	Redis  string    `json:"redis"`  // "" for the single server
-	Ratios []float64 `json:"ratios"` // relay/bare, each run
-	Median float64   `json:"median"` // of Ratios
-}
-
-func readIngestSummary(path string) ([]ingestSummary, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("-ingest-summary: %w", err)
-	}
-	defer f.Close()
-	var out []ingestSummary
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		var s ingestSummary
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return nil, fmt.Errorf("-ingest-summary %s: %w", path, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
 
 // aimState is an aim's verdict: measured and met or not, or not measured in this run.
 type aimState int
@@ -90,60 +60,76 @@ type aim struct {
 	state                aimState
 }
 
-// judgeAims gives each of the issue's aims its figure and verdict from this run's
-// ingest summaries and end-to-end rows; an aim whose row is missing or failed is "not
-// measured", never met.
-func judgeAims(ingest []ingestSummary, results []benchResult) []aim {
+// aimRow matches the 1 KB row of n destinations published as fast as confirmed.
+func aimRow(n int) func(benchRun) bool {
+	return func(r benchRun) bool { return r.dests == n && r.rate == 0 && r.size == aimSize }
+}
+
+// judgeAims gives each of issue 23's aims its figure and verdict from this run's rows;
+// an aim whose row is missing or failed is "not measured", never met.
+func judgeAims(results []benchResult) []aim {
 	var aims []aim
-	for _, a := range aimIngest {
-		x := aim{what: fmt.Sprintf("ingest %s / bare consumer (median of the runs)", sizeName(a.size)),
-			target: fmt.Sprintf("≥ %.0f%%", 100*a.ratio), figure: "no ingest run of this size"}
-		for _, s := range ingest {
-			if s.Size == a.size && s.Redis == "" && len(s.Ratios) > 0 {
-				x.figure = fmt.Sprintf("%s (runs %s)", pct(s.Median), pcts(s.Ratios))
-				x.state = judge(s.Median >= a.ratio)
-			}
-		}
-		aims = append(aims, x)
-	}
 
 	one := aim{what: "1 destination, as fast as confirmed / bare pipeline (consume → PutEvents → ack)",
 		target: fmt.Sprintf("≥ %.0f%%", 100*aimOneDest), figure: "no row 1:…:0 of 1 KB"}
-	if r, ok := findRow(results, func(r benchRun) bool { return r.dests == 1 && r.rate == 0 && r.size == aimSize }); ok {
+	if r, ok := findRow(results, aimRow(1)); ok {
 		one.figure, one.state = ratioAim(r, aimOneDest)
 	}
 	aims = append(aims, one)
 
-	for _, n := range []int{100, 1000} {
+	for _, n := range []int{100, 1000, 10000} {
 		x := aim{what: fmt.Sprintf("%s destinations / bare fan-out", thousands(n)),
 			target: fmt.Sprintf("≥ %.0f%%", 100*aimFanOut), figure: fmt.Sprintf("no row %d:…:0 of 1 KB", n)}
-		if r, ok := findRow(results, func(r benchRun) bool { return r.dests == n && r.rate == 0 && r.size == aimSize }); ok {
+		if r, ok := findRow(results, aimRow(n)); ok {
 			x.figure, x.state = ratioAim(r, aimFanOut)
 		}
 		aims = append(aims, x)
 	}
 
-	red := aim{what: "Redis CPU per delivery, 1,000 destinations, against the baseline's in the same run",
-		target: fmt.Sprintf("≤ %.0f%% of the baseline's", 100*aimRedisPerDelivery), figure: "no 1,000-destination row"}
-	now, okNow := findRow(results, func(r benchRun) bool { return r.dests == 1000 && r.rate == 0 && r.size == aimSize })
-	base, okBase := findBaseline(results, func(r benchRun) bool { return r.dests == 1000 && r.rate == 0 && r.size == aimSize })
+	cpuRow, okCPU := findRow(results, aimRow(aimCPUDests))
+	ingest, okIngest := findRow(results, aimRow(0))
+	red := aim{what: fmt.Sprintf("Redis CPU per delivery (%s destinations, ingest's share taken out) / Redis CPU per ingested event (the ingest row), same run", thousands(aimCPUDests)),
+		target: fmt.Sprintf("≤ %.0f×", aimRedisPerDelivery)}
 	switch {
-	case okNow && okBase:
-		a, b := medianRedisPerDelivery(now), medianRedisPerDelivery(base)
-		red.figure = fmt.Sprintf("%.1f µs against %.1f µs at %s: %s", a, b, base.baseline, pct(a/b))
-		red.state = judge(b > 0 && a <= aimRedisPerDelivery*b)
-	case okNow:
-		red.figure = fmt.Sprintf("%.1f µs; the baseline did not run (today's figure only)", medianRedisPerDelivery(now))
+	case !okCPU:
+		red.figure = fmt.Sprintf("no row %d:…:0 of 1 KB", aimCPUDests)
+	case !okIngest:
+		red.figure = "no ingest row 0:…:0 of 1 KB"
+	default:
+		perEvent := ingest.redisPerEvent()
+		d := cpuRow.redisPerDeliveryNet(perEvent)
+		red.figure = fmt.Sprintf("%.1f µs against %.1f µs: %.2f× (%.1f µs with ingest's share)", d, perEvent, d/perEvent, medianRedisPerDelivery(cpuRow))
+		red.state = judge(perEvent > 0 && d <= aimRedisPerDelivery*perEvent)
 	}
 	aims = append(aims, red)
 
-	mem := aim{what: "10,000 destinations, peak RSS of the relay",
-		target: fmt.Sprintf("≤ %d MiB", aimPeakRSSKiB/1024), figure: "no 10,000-destination row"}
-	if r, ok := findRow(results, func(r benchRun) bool { return r.dests == 10000 }); ok {
-		mem.figure = fmt.Sprintf("%.1f MiB (idle %.1f MiB)", float64(r.hwm)/1024, float64(r.rssIdle)/1024)
-		mem.state = judge(r.hwm <= aimPeakRSSKiB)
+	cpu := aim{what: fmt.Sprintf("relay CPU per delivery / the bare fan-out's writers' CPU per delivery, %s destinations, same run", thousands(aimCPUDests)),
+		target: fmt.Sprintf("≤ %.1f×", aimRelayCPU), figure: fmt.Sprintf("no row %d:…:0 of 1 KB", aimCPUDests)}
+	if okCPU {
+		relay := cpuRow.perDelivery(func(rep repResult) time.Duration { return rep.relayCPU })
+		if bare, ok := cpuRow.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU }); ok && bare > 0 {
+			cpu.figure = fmt.Sprintf("%.1f µs against %.1f µs: %.2f×", relay, bare, relay/bare)
+			cpu.state = judge(relay <= aimRelayCPU*bare)
+		} else {
+			cpu.figure = "the bare fan-out failed"
+		}
 	}
-	aims = append(aims, mem)
+	aims = append(aims, cpu)
+
+	idleRow, okIdle := findRow(results, func(r benchRun) bool { return r.dests == aimIdleDests && r.size == aimSize })
+	for _, proc := range []string{"Redis", "relay"} {
+		x := aim{what: fmt.Sprintf("%s leased idle destinations: %s CPU", thousands(aimIdleDests), proc),
+			target: fmt.Sprintf("≤ %.0f%% of a core", 100*aimIdleShare), figure: fmt.Sprintf("no %s-destination row", thousands(aimIdleDests))}
+		if okIdle && idleRow.idleFor > 0 {
+			share := idleRow.idleRelayShare()
+			if proc == "Redis" {
+				share = idleRow.idleRedisShare()
+			}
+			x.figure = fmt.Sprintf("%.1f%% over %s", 100*share, idleRow.idleFor.Round(100*time.Millisecond))
+			x.state = judge(share <= aimIdleShare)
+		}
+		aims = append(aims, x)
+	}
 
 	lat := aim{what: fmt.Sprintf("relay-added p99, 1 destination, 1 KB at %d/s", aimLatencyRate),
 		target: fmt.Sprintf("≤ %s", aimAddedP99), figure: fmt.Sprintf("no row 1:…:%d of 1 KB", aimLatencyRate)}
@@ -164,24 +150,105 @@ func judgeAims(ingest []ingestSummary, results []benchResult) []aim {
 		}
 	}
 	aims = append(aims, lat)
+
+	many, okMany := findRow(results, aimRow(aimManyDests))
+	mem := aim{what: fmt.Sprintf("%s destinations on one replica: peak RSS of the relay", thousands(aimManyDests)),
+		target: fmt.Sprintf("≤ %d GiB", aimManyRSSKiB>>20), figure: fmt.Sprintf("no row %d:…:0 of 1 KB", aimManyDests)}
+	manyRate := aim{what: fmt.Sprintf("%s destinations on one replica / bare fan-out", thousands(aimManyDests)),
+		target: fmt.Sprintf("≥ %.0f%%", 100*aimManyFanOut), figure: mem.figure}
+	if okMany {
+		mem.figure = fmt.Sprintf("%.0f MiB (idle %.0f MiB)", float64(many.hwm)/1024, float64(many.rssIdle)/1024)
+		mem.state = judge(many.hwm > 0 && many.hwm <= aimManyRSSKiB)
+		manyRate.figure, manyRate.state = ratioAim(many, aimManyFanOut)
+	}
+	aims = append(aims, mem, manyRate)
+
+	cl := aim{what: fmt.Sprintf("one account with %s destinations on Redis Cluster (3 masters + 3 replicas): deliveries/s / the same on one server", thousands(aimClusterDests)),
+		target: fmt.Sprintf("≥ %.0f%%", 100*aimCluster), figure: fmt.Sprintf("no row %d:…:0 of 1 KB on each", aimClusterDests)}
+	server, okServer := findRow(results, aimRow(aimClusterDests))
+	clustered, okCluster := findClusterRow(results, aimRow(aimClusterDests))
+	if okServer && okCluster {
+		a, b := medianFloat(clustered.perSecs()), medianFloat(server.perSecs())
+		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s; each / its bare fan-out: %s against %s)", pct(a/b), a, b,
+			pct(medianFloat(clustered.ratios())), pct(medianFloat(server.ratios())))
+		cl.state = judge(b > 0 && a >= aimCluster*b)
+	}
+	aims = append(aims, cl)
 	return aims
 }
 
-// findRow is the first row of this commit's relay on the single server that matches and
-// did not fail.
-func findRow(results []benchResult, match func(benchRun) bool) (benchResult, bool) {
+// issue17Line is what is left of issue 17's aims table: the one of its figures the rows
+// above still measure.
+func issue17Line(results []benchResult) string {
+	r, ok := findRow(results, func(r benchRun) bool { return r.dests == 10000 })
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("Issue 17 (not judged above): 10,000 destinations, peak RSS %.1f MiB against its ≤ %d MiB: %s. Its ingest aims are `make bench-ingest`'s; its baseline comparison runs with `BENCH_BASELINE=<rev>`.\n\n",
+		float64(r.hwm)/1024, issue17RSSKiB/1024, judge(r.hwm <= issue17RSSKiB))
+}
+
+// findClusterRow is the first row of this commit's relay on the Redis Cluster that
+// matches and did not fail.
+func findClusterRow(results []benchResult, match func(benchRun) bool) (benchResult, bool) {
 	for _, r := range results {
-		if !r.cluster && r.baseline == "" && r.err == "" && len(r.reps) > 0 && match(r.benchRun) {
+		if r.cluster && r.baseline == "" && r.err == "" && len(r.reps) > 0 && match(r.benchRun) {
 			return r, true
 		}
 	}
 	return benchResult{}, false
 }
 
-// findBaseline is the same among the baseline relay's rows.
-func findBaseline(results []benchResult, match func(benchRun) bool) (benchResult, bool) {
+// redisPerEvent is the ingest row's Redis CPU per stored event, median of the
+// repetitions, in µs.
+func (r benchResult) redisPerEvent() float64 {
+	var us []float64
+	for _, rep := range r.reps {
+		us = append(us, float64(rep.redisTotal().Microseconds())/float64(r.events))
+	}
+	return medianFloat(us)
+}
+
+// redisPerDeliveryNet is Redis CPU per delivery with ingest's share taken out: each
+// repetition's Redis CPU less its E events × perEvent (the ingest row's figure), over
+// its N × E deliveries; median of the repetitions, in µs.
+func (r benchResult) redisPerDeliveryNet(perEvent float64) float64 {
+	var us []float64
+	for _, rep := range r.reps {
+		us = append(us, (float64(rep.redisTotal().Microseconds())-perEvent*float64(r.events))/float64(r.deliveries()))
+	}
+	return medianFloat(us)
+}
+
+// barePerDelivery is the median over the bare path's repetitions of get per delivery,
+// in µs; false when none ran.
+func (r benchResult) barePerDelivery(get func(*bareResult) time.Duration) (float64, bool) {
+	var us []float64
+	for _, rep := range r.reps {
+		if rep.bare != nil && rep.bare.err == "" {
+			us = append(us, float64(get(rep.bare).Microseconds())/float64(r.deliveries()))
+		}
+	}
+	return medianFloat(us), len(us) > 0
+}
+
+// idleRedisShare and idleRelayShare are the idle window's CPU as a share of one core:
+// every Redis master together, and the relay process.
+func (r benchResult) idleRedisShare() float64 {
+	var t time.Duration
+	for _, m := range r.idleCPU {
+		t += m.cpu
+	}
+	return t.Seconds() / r.idleFor.Seconds()
+}
+
+func (r benchResult) idleRelayShare() float64 { return r.idleRelayCPU.Seconds() / r.idleFor.Seconds() }
+
+// findRow is the first row of this commit's relay on the single server that matches and
+// did not fail.
+func findRow(results []benchResult, match func(benchRun) bool) (benchResult, bool) {
 	for _, r := range results {
-		if !r.cluster && r.baseline != "" && r.err == "" && len(r.reps) > 0 && match(r.benchRun) {
+		if !r.cluster && r.baseline == "" && r.err == "" && len(r.reps) > 0 && match(r.benchRun) {
 			return r, true
 		}
 	}
@@ -227,8 +294,8 @@ func (r benchResult) barePerSecs() []float64 {
 	return out
 }
 
-// deliveries is what one repetition delivers.
-func (r benchResult) deliveries() int { return r.dests * r.events }
+// deliveries is what one repetition delivers; the ingest row's unit is the event stored.
+func (r benchResult) deliveries() int { return max(r.dests, 1) * r.events }
 
 // perDelivery is the median over the repetitions of get(rep) per delivery, in µs.
 func (r benchResult) perDelivery(get func(repResult) time.Duration) float64 {
@@ -244,7 +311,7 @@ func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repRes
 // aimsTable is the aims of the issue with this run's figures and verdicts.
 func aimsTable(aims []aim) string {
 	var b strings.Builder
-	b.WriteString("### Aims (issue 17), this run\n\n")
+	b.WriteString("### Aims (issue 23), this run\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")
@@ -262,16 +329,17 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### End to end (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "load average before %s, after %s; nproc %d. Rows of several runs give medians (each run's ratio in brackets); "+
-		"the bare path of one destination is the bare pipeline, of many the bare fan-out.\n\n", load, loadAfter, nproc())
+		"the bare path of one destination is the bare pipeline, of many the bare fan-out; the row of 0 destinations is ingest alone (events stored/s). "+
+		"Wall time: the bare path's in all (sessions, clients, warm-up and its repetitions), and the relay's start until every destination has the warm-up event (not in any figure).\n\n", load, loadAfter, nproc())
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| destinations\t event bytes\t events × runs\t publish rate\t relay\t deliveries/s\t bare path/s\t relay / bare\t latency p50 / p99 / max\t bare pipeline p50 / p99\t relay-added p50 / p99\t duplicates\t relay RSS MiB idle → end (peak)\t Redis\t")
-	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---:\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---\t")
+	fmt.Fprintln(tw, "| destinations\t event bytes\t events × runs\t publish rate\t relay\t deliveries/s\t bare path/s\t relay / bare\t latency p50 / p99 / max\t bare pipeline p50 / p99\t relay-added p50 / p99\t duplicates\t relay RSS MiB idle → end (peak)\t setup: bare, relay\t Redis\t")
+	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---:\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---\t")
 	for _, r := range results {
 		if r.err != "" && len(r.reps) == 0 {
-			fmt.Fprintf(tw, "| %d\t %d\t %d × %d\t %s\t %s\t failed: %s\t\t\t\t\t\t\t\t %s\t\n", r.dests, r.size, r.events, r.repeats, r.rateName(), r.relayName(), r.err, r.redisKind())
+			fmt.Fprintf(tw, "| %d\t %d\t %d × %d\t %s\t %s\t failed: %s\t\t\t\t\t\t\t\t\t %s\t\n", r.dests, r.size, r.events, r.repeats, r.rateName(), r.relayName(), r.err, r.redisKind())
 			continue
 		}
-		bareRate, ratio, barePct, added := "–", "–", "–", "–"
+		bareRate, ratio, barePct, added, lat := "–", "–", "–", "–", "–"
 		if bare := r.barePerSecs(); len(bare) > 0 {
 			bareRate = fmt.Sprintf("%.0f", medianFloat(bare))
 		}
@@ -291,14 +359,21 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 			barePct = fmt.Sprintf("%s / %s", round(r.bareLat(0.5)), round(r.bareLat(0.99)))
 			added = fmt.Sprintf("%s / %s", round(r.addedLat(0.5)), round(r.addedLat(0.99)))
 		}
+		if !r.ingestOnly() {
+			lat = fmt.Sprintf("%s / %s / %s", round(r.lat(0.5)), round(r.lat(0.99)), round(r.lat(1)))
+		}
 		rate := fmt.Sprintf("%.0f", medianFloat(r.perSecs()))
 		if r.err != "" {
 			rate += " (then failed: " + r.err + ")"
 		}
-		fmt.Fprintf(tw, "| %d\t %d\t %d × %d\t %s\t %s\t %s\t %s\t %s\t %s / %s / %s\t %s\t %s\t %d\t %.1f → %.1f (%.1f)\t %s\t\n",
+		setup := "–, " + r.startup.Round(100*time.Millisecond).String()
+		if r.bareTime > 0 {
+			setup = fmt.Sprintf("%s, %s", r.bareTime.Round(100*time.Millisecond), r.startup.Round(100*time.Millisecond))
+		}
+		fmt.Fprintf(tw, "| %d\t %d\t %d × %d\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %d\t %.1f → %.1f (%.1f)\t %s\t %s\t\n",
 			r.dests, r.size, r.events, len(r.reps), r.rateName(), r.relayName(), rate, bareRate, ratio,
-			round(r.lat(0.5)), round(r.lat(0.99)), round(r.lat(1)), barePct, added, r.dups,
-			float64(r.rssIdle)/1024, float64(r.rssEnd)/1024, float64(r.hwm)/1024, r.redisKind())
+			lat, barePct, added, r.dups,
+			float64(r.rssIdle)/1024, float64(r.rssEnd)/1024, float64(r.hwm)/1024, setup, r.redisKind())
 	}
 	tw.Flush()
 	b.WriteString("\n")
@@ -343,8 +418,8 @@ func (r benchResult) addedLat(q float64) time.Duration {
 // cpuReport is what each delivery cost each process, relay beside its bare path.
 func cpuReport(b *strings.Builder, results []benchResult) {
 	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| destinations\t event bytes\t publish rate\t Redis\t path\t relay µs/delivery\t Redis µs/delivery\t load process µs/delivery\t rabbitmq µs/delivery\t total\t")
-	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t")
+	fmt.Fprintln(tw, "| destinations\t event bytes\t publish rate\t Redis\t path\t relay µs/delivery\t Redis µs/delivery\t load process µs/delivery\t bus µs/delivery\t rabbitmq µs/delivery\t total\t")
+	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t")
 	rows := 0
 	for _, r := range results {
 		if len(r.reps) == 0 {
@@ -353,32 +428,36 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 		relay := r.perDelivery(func(rep repResult) time.Duration { return rep.relayCPU })
 		red := medianRedisPerDelivery(r)
 		loadP := r.perDelivery(func(rep repResult) time.Duration { return rep.loadCPU })
+		bus := r.perDelivery(func(rep repResult) time.Duration { return rep.busCPU })
 		rabbit := r.perDelivery(func(rep repResult) time.Duration { return rep.rabbitCPU })
-		fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t\n", r.dests, r.size, r.rateName(), r.redisKind(),
-			r.relayName(), relay, red, loadP, rabbit, relay+red+loadP+rabbit)
+		path := r.relayName()
+		if r.ingestOnly() {
+			path += ", ingest alone (per event)"
+		}
+		fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t\n", r.dests, r.size, r.rateName(), r.redisKind(),
+			path, relay, red, loadP, bus, rabbit, relay+red+loadP+bus+rabbit)
 		rows++
-		var bareLoad, bareRabbit []float64
-		for _, rep := range r.reps {
-			if rep.bare != nil && rep.bare.err == "" {
-				bareLoad = append(bareLoad, float64(rep.bare.loadCPU.Microseconds())/float64(r.deliveries()))
-				bareRabbit = append(bareRabbit, float64(rep.bare.rabbitCPU.Microseconds())/float64(r.deliveries()))
-			}
+		bareLoad, ok := r.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU })
+		if !ok {
+			continue
 		}
-		if len(bareLoad) > 0 {
-			rabbitCol := "–"
-			if r.dests == 1 {
-				rabbitCol = fmt.Sprintf("%.1f", medianFloat(bareRabbit))
-			}
-			fmt.Fprintf(tw, "| %d\t %d\t %s\t –\t %s\t –\t –\t %.1f\t %s\t %.1f\t\n", r.dests, r.size, r.rateName(), bareKind(r.benchRun),
-				medianFloat(bareLoad), rabbitCol, medianFloat(bareLoad)+medianFloat(bareRabbit))
+		bareBus, _ := r.barePerDelivery(func(b *bareResult) time.Duration { return b.busCPU })
+		bareRabbit, _ := r.barePerDelivery(func(b *bareResult) time.Duration { return b.rabbitCPU })
+		rabbitCol := "–"
+		if r.dests == 1 {
+			rabbitCol = fmt.Sprintf("%.1f", bareRabbit)
+		} else {
+			bareRabbit = 0 // the fan-out uses no broker: what the broker spent meanwhile is not its
 		}
+		fmt.Fprintf(tw, "| %d\t %d\t %s\t –\t %s\t –\t –\t %.1f\t %.1f\t %s\t %.1f\t\n", r.dests, r.size, r.rateName(), bareKind(r.benchRun),
+			bareLoad, bareBus, rabbitCol, bareLoad+bareBus+bareRabbit)
 	}
 	if rows == 0 {
 		return
 	}
-	fmt.Fprintln(b, "CPU per delivery over each timed run (first publish, or the fan-out's first write, to the bus's last answer), median of the runs: "+
-		"the relay process and the broker from /proc/PID/stat (utime + stime), Redis from INFO cpu (used_cpu_user + used_cpu_sys, every master), "+
-		"the load process (this one: the publisher and the in-process bus; for the bare pipeline also its consumer, for the bare fan-out its writers) from getrusage. "+
+	fmt.Fprintln(b, "CPU per delivery over each timed run (first publish, or the fan-out's first write, to the bus's last answer; the ingest row: to the moment the account's log holds every event, per event), median of the runs: "+
+		"the relay process, the bus process (`loadtest bus`, the sandbox EventBridge) and the broker from /proc/PID/stat (utime + stime), Redis from INFO cpu (used_cpu_user + used_cpu_sys, every master), "+
+		"the load process (this one: the publisher; for the bare pipeline also its consumer; for the bare fan-out its writers alone) from getrusage. "+
 		"The bare fan-out uses no broker.")
 	fmt.Fprintln(b)
 	tw.Flush()
@@ -414,12 +493,13 @@ func bareKind(r benchRun) string {
 }
 
 // redisCPUReport is what each row cost each Redis master: its CPU (INFO cpu) over the
-// timed runs, per event published and per delivery. One account's keys share one slot,
-// so its whole cost lands on one master.
+// timed runs, per event published and per delivery, and what the row's idle window cost
+// Redis and the relay. One account's keys share one slot, so its whole cost lands on one
+// master.
 func redisCPUReport(b *strings.Builder, results []benchResult) {
 	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| destinations\t events × runs\t publish rate\t relay\t Redis\t master\t Redis CPU (INFO cpu)\t µs per event\t µs per delivery\t idle: CPU share\t idle: µs per destination per second\t")
-	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t")
+	fmt.Fprintln(tw, "| destinations\t events × runs\t publish rate\t relay\t Redis\t master\t Redis CPU (INFO cpu)\t µs per event\t µs per delivery\t idle: CPU share\t idle: µs per destination per second\t idle: relay CPU share\t")
+	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t")
 	rows := 0
 	for _, r := range results {
 		if len(r.reps) == 0 {
@@ -434,14 +514,20 @@ func redisCPUReport(b *strings.Builder, results []benchResult) {
 			}
 			us := float64(cpu.Microseconds())
 			events := r.events * len(r.reps)
-			idleShare, idlePerDest := "–", "–"
+			idleShare, idlePerDest, idleRelay, perDelivery := "–", "–", "–", "–"
+			if !r.ingestOnly() {
+				perDelivery = fmt.Sprintf("%.2f", us/float64(r.dests*events))
+			}
 			if i < len(r.idleCPU) && r.idleFor > 0 {
 				c := r.idleCPU[i].cpu.Seconds()
 				idleShare = fmt.Sprintf("%.1f%%", 100*c/r.idleFor.Seconds())
 				idlePerDest = fmt.Sprintf("%.2f", 1e6*c/r.idleFor.Seconds()/float64(r.dests))
+				if i == 0 {
+					idleRelay = fmt.Sprintf("%.1f%% over %s", 100*r.idleRelayShare(), r.idleFor.Round(100*time.Millisecond))
+				}
 			}
-			fmt.Fprintf(tw, "| %d\t %d × %d\t %s\t %s\t %s\t %s\t %s\t %.1f\t %.2f\t %s\t %s\t\n", r.dests, r.events, len(r.reps), r.rateName(), r.relayName(),
-				r.redisKind(), m.addr, cpu.Round(time.Millisecond), us/float64(events), us/float64(r.dests*events), idleShare, idlePerDest)
+			fmt.Fprintf(tw, "| %d\t %d × %d\t %s\t %s\t %s\t %s\t %s\t %.1f\t %s\t %s\t %s\t %s\t\n", r.dests, r.events, len(r.reps), r.rateName(), r.relayName(),
+				r.redisKind(), m.addr, cpu.Round(time.Millisecond), us/float64(events), perDelivery, idleShare, idlePerDest, idleRelay)
 			rows++
 		}
 	}
@@ -449,7 +535,7 @@ func redisCPUReport(b *strings.Builder, results []benchResult) {
 		return
 	}
 	fmt.Fprintln(b, "Redis CPU of each master over each row's timed runs together, from INFO cpu (used_cpu_user + used_cpu_sys) read before and after each; "+
-		"idle: the same over a window after the warm-up with nothing published (leases renewed, logs watched), as a share of one core and per destination:")
+		"idle: the same, and the relay process's utime + stime, over a window that starts a second after the warm-up with nothing published (leases renewed, logs watched), as a share of one core and per destination:")
 	fmt.Fprintln(b)
 	tw.Flush()
 	fmt.Fprintln(b)

@@ -19,52 +19,63 @@ import (
 	"github.com/mercamap/relay/internal/awstest"
 )
 
-// fanOutConns caps the bare fan-out's connections to the bus: one per writer up to this
-// many (10,000 writers with a connection each would hold 20,000 descriptors in this
-// process, bus side included), shared beyond it.
+// fanOutConns caps the bare fan-out's connections to the bus and its writes in flight:
+// one writer per destination up to this many (10,000 writers with a connection each would
+// hold 20,000 descriptors in this process, bus side included); beyond it each of this
+// many writers owns every fanOutConns-th destination and writes their events in turn.
+// More goroutines than connections would only queue inside the HTTP transport (100,000
+// of them held 7 GB in this process), not write faster: the two cores bound the rate.
 const fanOutConns = 1024
 
-// fanOut is the bare fan-out of a many-destination row: one writer per destination, each
-// with its own assumed session and SDK client (as the relay's sink keeps them), putting
-// the row's events on its own bus of the same sandbox EventBridge, one PutEvents entry
-// at a time, the next only after the answer. No broker, no Redis, no relay: the limit of
-// this machine for the row's writes, signed the same way.
+// fanOut is the bare fan-out of a many-destination row: one writer per destination (up to
+// fanOutConns), each writer with its own assumed session, putting the row's events on its own bus of the same
+// sandbox EventBridge, one PutEvents entry at a time, the next only after the answer.
+// As the relay's sink does (internal/sinks/eventbridge), the writers share one SDK client
+// (retries off) and sign each call with their own session, given as a per-call option. No
+// broker, no Redis, no relay: the limit of this machine for the row's writes, signed the
+// same way.
 type fanOut struct {
-	buses   []string
-	clients []*eventbridge.Client
-	http    *awshttp.BuildableClient
+	prefix string // of every bus of the row's writers
+	buses  []string
+	creds  []aws.Credentials // each writer's session (writer w: every fanOutConns-th bus from w)
+	client *eventbridge.Client
+	http   *awshttp.BuildableClient
 }
 
-// newFanOut assumes one role per destination on the sandbox STS (each trusting its own
-// ExternalId, as in the relay's rows) and builds its client, then warms every writer up
-// with one write, so the timed repetitions see live sessions and connections.
-func newFanOut(ctx context.Context, r benchRun, idx int, stsURL, busURL string, stsH *awstest.STS, bus *stampedBus, key []byte) (*fanOut, error) {
+// newFanOut assumes one role per writer on the sandbox STS (each trusting its own
+// ExternalId, as in the relay's rows: up to fanOutConns destinations, one per
+// destination; beyond, a writer's destinations share its session, which costs a write
+// the same signing) and builds the shared client, then warms every bus up with one
+// write, so the timed repetitions see live sessions and connections.
+func newFanOut(ctx context.Context, r benchRun, idx int, stsURL string, stsH *awstest.STS, bus *remoteBus, key []byte) (*fanOut, error) {
 	conns := min(r.dests, fanOutConns)
-	f := &fanOut{buses: make([]string, r.dests), clients: make([]*eventbridge.Client, r.dests),
+	f := &fanOut{prefix: fanOutBusPrefix(idx), buses: make([]string, r.dests), creds: make([]aws.Credentials, conns),
 		http: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxConnsPerHost, t.MaxIdleConnsPerHost, t.MaxIdleConns = conns, conns, conns
 		})}
+	for i := range f.buses {
+		f.buses[i] = fmt.Sprintf("%s%d", fanOutBusPrefix(idx), i)
+	}
 	ours := sts.New(sts.Options{Region: "us-east-1", BaseEndpoint: aws.String(stsURL), HTTPClient: f.http,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDBENCH", "bench-not-a-secret", "")})
-	err := parallel(ctx, r.dests, func(i int) error {
-		role := fmt.Sprintf("arn:aws:iam::111122223333:role/bench-fanout-%d-%d", idx, i)
-		ext := fmt.Sprintf("bench-fanout-%d-%d", idx, i)
+	err := writers(ctx, conns, func(w, _ int) error {
+		role := fmt.Sprintf("arn:aws:iam::111122223333:role/bench-fanout-%d-%d", idx, w)
+		ext := fmt.Sprintf("bench-fanout-%d-%d", idx, w)
 		stsH.RequireExternalID(role, ext)
-		f.buses[i] = fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-fanout-%d-%d", idx, i)
 		out, err := ours.AssumeRole(ctx, &sts.AssumeRoleInput{RoleArn: aws.String(role),
 			RoleSessionName: aws.String("mercamap-acct_bench"), ExternalId: aws.String(ext), DurationSeconds: aws.Int32(900)})
 		if err != nil {
 			return fmt.Errorf("assume %s: %w", role, err)
 		}
 		c := out.Credentials
-		f.clients[i] = eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(busURL),
-			HTTPClient: f.http, Retryer: aws.NopRetryer{},
-			Credentials: credentials.NewStaticCredentialsProvider(aws.ToString(c.AccessKeyId), aws.ToString(c.SecretAccessKey), aws.ToString(c.SessionToken))})
+		f.creds[w] = aws.Credentials{AccessKeyID: aws.ToString(c.AccessKeyId), SecretAccessKey: aws.ToString(c.SecretAccessKey), SessionToken: aws.ToString(c.SessionToken)}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	f.client = eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(bus.url),
+		HTTPClient: f.http, Retryer: aws.NopRetryer{}})
 	warm := []*event{sizedEvent("bench.fanout", key, 0, r.size)}
 	base := bus.count()
 	if _, err := f.write(ctx, warm, bus, base); err != nil {
@@ -74,32 +85,38 @@ func newFanOut(ctx context.Context, r benchRun, idx int, stsURL, busURL string, 
 }
 
 // run writes evs to every bus, all writers starting together, and measures it: the rate
-// is N × E / (start → the bus's last answer), the CPU that of this process (writers and
-// bus), in which nothing else runs meanwhile.
-func (f *fanOut) run(ctx context.Context, evs []*event, bus *stampedBus) *bareResult {
+// is N × E / (start → the bus's last answer), the CPU that of this process (the writers:
+// nothing else works in it meanwhile) and of the bus process.
+func (f *fanOut) run(ctx context.Context, evs []*event, bus *remoteBus) *bareResult {
 	base := bus.count()
-	cpu0 := selfCPU()
+	cpu0, bus0 := selfCPU(), procCPU(bus.pid())
 	start := time.Now()
 	if _, err := f.write(ctx, evs, bus, base); err != nil {
 		return &bareResult{err: err.Error()}
 	}
-	res := &bareResult{loadCPU: selfCPU() - cpu0}
-	_, last := bus.latencies(evs, f.buses)
+	res := &bareResult{loadCPU: selfCPU() - cpu0, busCPU: procCPU(bus.pid()) - bus0}
+	_, last, err := bus.latencies(evs, f.prefix)
+	if err != nil {
+		return &bareResult{err: err.Error()}
+	}
 	res.perSec = float64(len(evs)*len(f.buses)) / last.Sub(start).Seconds()
 	return res
 }
 
-// write puts evs, in order and one at a time, on each writer's bus, and waits until the
-// bus holds all of them.
-func (f *fanOut) write(ctx context.Context, evs []*event, bus *stampedBus, base int) (int, error) {
+// write puts evs, in order and one at a time, on each destination's bus, and waits until
+// the bus holds all of them.
+func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base int) (int, error) {
 	for _, e := range evs {
 		e.sentAt = time.Now() // no publish here: "sent" is the start of the writes
 	}
-	err := parallel(ctx, len(f.clients), func(i int) error {
+	err := writers(ctx, len(f.buses), func(w, i int) error {
+		session := func(o *eventbridge.Options) {
+			o.Credentials = credentials.NewStaticCredentialsProvider(f.creds[w].AccessKeyID, f.creds[w].SecretAccessKey, f.creds[w].SessionToken)
+		}
 		for _, e := range evs {
-			if _, err := f.clients[i].PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+			if _, err := f.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 				EventBusName: aws.String(f.buses[i]), Source: aws.String("com.bench.bare"), DetailType: aws.String(e.key),
-				Detail: aws.String(bareDetail(e.id, e.msg.Body)), Time: aws.Time(time.Now())}}}); err != nil {
+				Detail: aws.String(bareDetail(e.id, e.msg.Body)), Time: aws.Time(time.Now())}}}, session); err != nil {
 				return fmt.Errorf("PutEvents to %s: %w", f.buses[i], err)
 			}
 		}
@@ -108,7 +125,7 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *stampedBus, base 
 	if err != nil {
 		return 0, err
 	}
-	want := len(evs) * len(f.clients)
+	want := len(evs) * len(f.buses)
 	if !waitCount(ctx, bus, base, want, 30*time.Second) {
 		return 0, fmt.Errorf("%d of %d writes on the bus, then none for 30 s", bus.count()-base, want)
 	}
@@ -123,17 +140,22 @@ func bareDetail(id string, body []byte) string {
 	return `{"event_id":"` + id + `","data":` + string(body) + `}`
 }
 
-// parallel runs fn(0) … fn(n-1) on n goroutines and returns the first error.
-func parallel(ctx context.Context, n int, fn func(int) error) error {
+// writers runs fn(w, i) for i = 0 … n-1 on min(n, fanOutConns) goroutines, goroutine w
+// taking i = w, w+fanOutConns, … in turn, and returns the first error.
+func writers(ctx context.Context, n int, fn func(w, i int) error) error {
+	w := min(n, fanOutConns)
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
-	for i := range n {
+	for k := range w {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(i); err != nil {
-				once.Do(func() { first = err })
+			for i := k; i < n && ctx.Err() == nil; i += w {
+				if err := fn(k, i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
 			}
 		}()
 	}

@@ -2,8 +2,9 @@
 // replicas killed, the broker and Redis restarted, under a steady publish load, then a
 // delivery check, on one server each or, with -cluster, on a Redis Cluster and a RabbitMQ
 // cluster of its own), `bench` (deliveries/s and publish-to-bus latency for N
-// destinations) and `redis-cluster` (holds a private Redis Cluster for scripts/bench.sh). scripts/drill.sh and scripts/bench.sh start the peers and run it; it
-// only ever talks to 127.0.0.1.
+// destinations), `redis-cluster` (holds a private Redis Cluster for scripts/bench.sh) and
+// `bus` (the bench's stamped EventBridge, a child process of `bench`). scripts/drill.sh
+// and scripts/bench.sh start the peers and run it; it only ever talks to 127.0.0.1.
 package main
 
 import (
@@ -31,6 +32,8 @@ func main() {
 		err = runBench(ctx, os.Args[2:])
 	case "redis-cluster":
 		err = runRedisCluster(ctx, os.Args[2:])
+	case "bus":
+		err = runBus(ctx, os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown mode %q: drill, bench or redis-cluster", os.Args[1])
 	}

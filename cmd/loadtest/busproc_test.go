@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
+	"github.com/mercamap/relay/internal/awstest"
+)
+
+// The bench's bus, written to by the real SDK: it stamps each entry's first take per
+// bus, counts a repeat as a duplicate, answers the stamps of one row's buses only, and
+// a wait for more entries returns once they are taken.
+func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
+	srv := httptest.NewServer(&busStamps{inner: awstest.NewEventBridgeHandler(), at: map[string]map[string]int64{}, more: make(chan struct{})})
+	defer srv.Close()
+	bus := &remoteBus{url: srv.URL, http: srv.Client()}
+	eb := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "test", "")})
+	ctx := context.Background()
+	put := func(busARN, id string) {
+		t.Helper()
+		if _, err := eb.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+			EventBusName: aws.String(busARN), Source: aws.String("com.bench.test"), DetailType: aws.String("job.completed"),
+			Detail: aws.String(bareDetail(id, []byte(`{"x":1}`)))}}}); err != nil {
+			t.Fatalf("PutEvents to %s: %v", busARN, err)
+		}
+	}
+	sent := time.Now()
+	put(relayBusPrefix(1)+"0", "e1")
+	put(relayBusPrefix(1)+"0", "e1")  // the same entry again: a duplicate
+	put(relayBusPrefix(10)+"0", "e1") // row 10's bus: not row 1's
+	if c := bus.counts(); c.N != 2 || c.Dups != 1 {
+		t.Fatalf("counts = %+v, want 2 first takes and 1 duplicate", c)
+	}
+	lat, last, err := bus.latencies([]*event{{id: "e1", sentAt: sent}}, relayBusPrefix(1))
+	if err != nil || len(lat) != 1 || lat[0] < 0 || last.Before(sent) {
+		t.Fatalf("row 1's latencies = %v (last %v), %v; want one, after the send", lat, last, err)
+	}
+
+	// A wait for a third entry: answered when it is taken (had the take come first, at
+	// once), at the latest after a second with what there is.
+	got := make(chan busCount)
+	go func() { got <- bus.countAtLeast(3) }()
+	put(fanOutBusPrefix(1)+"0", "e2")
+	c := <-got
+	if c.N < 3 { // the machine stalled past the second before the take: ask again, after it
+		c = bus.countAtLeast(3)
+	}
+	if c.N != 3 {
+		t.Fatalf("waiting for 3 entries answered %+v", c)
+	}
+}
