@@ -13,12 +13,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/sinks/sinkhttp"
 )
 
 // MaxRecordSize is the most a record may hold: data plus partition key (1 MiB).
@@ -62,7 +62,7 @@ type chain struct{ key, sequence string }
 // New returns a Sink.
 func New(o Options) *Sink {
 	if o.AWS.HTTPClient == nil {
-		o.AWS.HTTPClient = awshttp.NewBuildableClient() // one connection pool for every stream's client
+		o.AWS.HTTPClient = sinkhttp.Client() // one connection pool for every stream's client
 	}
 	if o.SequenceMemory <= 0 {
 		o.SequenceMemory = DefaultSequenceMemory
