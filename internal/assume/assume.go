@@ -16,6 +16,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
+	"github.com/mercamap/relay/internal/awspool"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
@@ -239,9 +240,10 @@ func SessionRefused(code string) bool {
 func oneAttempt(o *sts.Options) { o.Retryer = aws.NopRetryer{} }
 
 // OwnConfig loads our own identity from the default credential chain, in region (where
-// we call STS), with the SDK's retries off for every client made from it.
+// we call STS), with the SDK's retries off and one connection pool (awspool) for every
+// client made from it.
 func OwnConfig(ctx context.Context, region string) (aws.Config, error) {
-	return awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region),
+	return awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region), awsconfig.WithHTTPClient(awspool.Client()),
 		awsconfig.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }))
 }
 

@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
 	"github.com/mercamap/relay/internal/assume"
+	"github.com/mercamap/relay/internal/awspool"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
-	"github.com/mercamap/relay/internal/sinks/sinkhttp"
 )
 
 // MaxEntrySize is the largest entry a bus takes, counted the way AWS counts it (EntrySize).
@@ -43,7 +43,7 @@ func New(o Options) *Sink {
 		name = destination.DefaultName
 	}
 	if o.AWS.HTTPClient == nil {
-		o.AWS.HTTPClient = sinkhttp.Client() // one connection pool for every bus's client
+		o.AWS.HTTPClient = awspool.Client() // OwnConfig's, or one pool for every bus's client
 	}
 	s := &Sink{source: "com." + name, assumer: o.Assumer}
 	s.clients.New = func(region string) *eventbridge.Client {

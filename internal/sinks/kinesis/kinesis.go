@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/mercamap/relay/internal/assume"
+	"github.com/mercamap/relay/internal/awspool"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
-	"github.com/mercamap/relay/internal/sinks/sinkhttp"
 )
 
 // MaxRecordSize is the most a record may hold: data plus partition key (1 MiB).
@@ -62,7 +62,7 @@ type chain struct{ key, sequence string }
 // New returns a Sink.
 func New(o Options) *Sink {
 	if o.AWS.HTTPClient == nil {
-		o.AWS.HTTPClient = sinkhttp.Client() // one connection pool for every stream's client
+		o.AWS.HTTPClient = awspool.Client() // OwnConfig's, or one pool for every stream's client
 	}
 	if o.SequenceMemory <= 0 {
 		o.SequenceMemory = DefaultSequenceMemory

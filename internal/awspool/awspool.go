@@ -1,7 +1,7 @@
-// Package sinkhttp builds the HTTP client the AWS sinks share: one connection pool for
-// every destination of a region, sized for the writes the delivery engine runs at once.
-// It only configures a client; it never sends anything itself.
-package sinkhttp
+// Package awspool builds the HTTP client every AWS client of the relay shares (STS and
+// the sinks): one connection pool, sized for the writes the delivery engine runs at
+// once. It only configures a client; it never sends anything itself.
+package awspool
 
 import (
 	"net/http"
