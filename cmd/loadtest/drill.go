@@ -165,8 +165,8 @@ func runDrill(ctx context.Context, args []string) error {
 	env := []string{"DRILL_HMAC_KEY=" + keyHex, "AWS_ACCESS_KEY_ID=AKIDDRILL", "AWS_SECRET_ACCESS_KEY=drill-not-a-secret",
 		"AWS_EC2_METADATA_DISABLED=true"}
 	reps := []*replica{
-		{name: "relay-a", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env},
-		{name: "relay-b", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env},
+		{name: "relay-a", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env, debug: true},
+		{name: "relay-b", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env, debug: true},
 	}
 	for _, r := range reps {
 		if err := r.start(); err != nil {

@@ -14,6 +14,7 @@ import (
 type replica struct {
 	name, bin, config, logDir string
 	env                       []string
+	debug                     bool // log at debug: the drill counts every delivery attempt, delivered ones too
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -31,8 +32,11 @@ func (r *replica) start() error {
 	if err != nil {
 		return err
 	}
-	// Debug: the drill counts every delivery attempt, delivered ones too, from the logs.
-	cmd := exec.Command(r.bin, "serve", "--config", r.config, "--log-level", "debug")
+	args := []string{"serve", "--config", r.config}
+	if r.debug {
+		args = append(args, "--log-level", "debug")
+	}
+	cmd := exec.Command(r.bin, args...)
 	cmd.Env = append(os.Environ(), r.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
