@@ -3,8 +3,13 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // activeWithLease makes r an active destination with two events in its log, and takes
@@ -131,6 +136,60 @@ func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
 		}
 		if res, err := st.ChangeStatus(ctx, StatusChange{Ref: free, Status: Paused, ChannelRetention: time.Hour}); err != nil || res.Holder != 0 || res.Ack != "" {
 			t.Fatalf("pause without a holder: %+v, %v; want nothing to wait for", res, err)
+		}
+	})
+}
+
+// TestLeasesOfAnAccountAreTakenAndRenewedInFewScriptCalls: 600 leases of one account
+// are taken, then renewed, 256 to a script call (three calls), each answering
+// its own token; another owner gets none of them.
+func TestLeasesOfAnAccountAreTakenAndRenewedInFewScriptCalls(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		acct := "acct_leases" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		refs := make([]Ref, 600)
+		for i := range refs {
+			refs[i] = Ref{Account: acct, ID: fmt.Sprintf("d%03d", i), Connector: "eventbridge"}
+		}
+		calls := func() int64 {
+			var n int64
+			_ = st.forEachMaster(ctx, func(ctx context.Context, m redis.UniversalClient) error {
+				info, err := m.Info(ctx, "commandstats").Result()
+				for _, line := range strings.Split(info, "\n") {
+					if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && (k == "cmdstat_evalsha" || k == "cmdstat_eval") {
+						c, _ := strconv.ParseInt(strings.TrimPrefix(strings.Split(v, ",")[0], "calls="), 10, 64)
+						n += c
+					}
+				}
+				return err
+			})
+			return n
+		}
+		taken, err := st.RenewLeases(ctx, refs, "replica-a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := calls() // the script is loaded by now
+		renewed, err := st.RenewLeases(ctx, refs, "replica-a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := calls() - before; n != 3 {
+			t.Errorf("renewing 600 leases made %d script calls, want 3 (256 leases a call)", n)
+		}
+		for i := range refs {
+			if taken[i].Token == 0 || renewed[i].Token != taken[i].Token {
+				t.Fatalf("lease %d: taken %+v, renewed %+v", i, taken[i], renewed[i])
+			}
+		}
+		other, err := st.RenewLeases(ctx, refs[:10], "replica-b", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range other {
+			if l.Token != 0 {
+				t.Fatalf("another owner got lease %d: %+v", i, l)
+			}
 		}
 	})
 }

@@ -8,26 +8,36 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// acquireScript takes or renews a destination's lease. A new holder gets the next
-// fencing token from the destination hash; every commit checks it, so a replica that
-// lost its lease (paused process, network split) can never commit again.
-// It answers the token (0: another's) and the destination's control version (ctlv):
-// a holder whose state is older reads it again before it writes (control.go).
+// acquireScript takes or renews leases of one account, many in one call: KEYS are
+// pairs of a destination's lease key and its hash. A new holder gets the next fencing
+// token from the destination hash; every commit checks it, so a replica that lost its
+// lease (paused process, network split) can never commit again. For each pair it
+// answers the token (0: another's) and the destination's control version (ctlv): a
+// holder whose state is older reads it again before it writes (control.go).
 var acquireScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-local ctlv = tonumber(redis.call('HGET', KEYS[2], 'ctlv') or '0')
-if v then
-  local owner, tok = string.match(v, '^(.*)|(%d+)$')
-  if owner == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {tonumber(tok), ctlv}
+local out = {}
+for i = 1, #KEYS, 2 do
+  local v = redis.call('GET', KEYS[i])
+  local ctlv = tonumber(redis.call('HGET', KEYS[i + 1], 'ctlv') or '0')
+  local tok = 0
+  if v then
+    local owner, held = string.match(v, '^(.*)|(%d+)$')
+    if owner == ARGV[1] then
+      redis.call('PEXPIRE', KEYS[i], ARGV[2])
+      tok = tonumber(held)
+    end
+  else
+    tok = redis.call('HINCRBY', KEYS[i + 1], 'lease_token', 1)
+    redis.call('SET', KEYS[i], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
   end
-  return {0, ctlv}
+  out[#out + 1] = tok
+  out[#out + 1] = ctlv
 end
-local tok = redis.call('HINCRBY', KEYS[2], 'lease_token', 1)
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. tok, 'PX', ARGV[2])
-return {tok, ctlv}
+return out
 `)
+
+// leasesPerCall is how many leases one acquire script takes or renews.
+const leasesPerCall = 256
 
 // AcquireLease takes the destination's lease for owner, or renews it when owner holds
 // it already. It returns the fencing token, or 0 when another replica holds the lease.
@@ -93,18 +103,34 @@ func (s *Store) RenewLeases(ctx context.Context, refs []Ref, owner string, ttl t
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	calls := make([]call, len(refs))
+	// One script call per account and up to leasesPerCall of its leases (one slot),
+	// pipelined per master: renewing costs a few commands per lease, not a call each.
+	type span struct{ call, from int } // where refs[i] is answered: which call, which position
+	var calls []call
+	where := make([]span, len(refs))
+	open := map[string]int{} // account → its call still taking leases
 	for i, r := range refs {
-		calls[i] = call{keys: []string{leaseKey(r.Account, r.ID), destKey(r.Account, r.ID)}, args: []any{owner, ttl.Milliseconds()}}
+		c, ok := open[r.Account]
+		if !ok || len(calls[c].keys) >= 2*leasesPerCall {
+			c = len(calls)
+			calls = append(calls, call{args: []any{owner, ttl.Milliseconds()}})
+			open[r.Account] = c
+		}
+		where[i] = span{call: c, from: len(calls[c].keys)}
+		calls[c].keys = append(calls[c].keys, leaseKey(r.Account, r.ID), destKey(r.Account, r.ID))
 	}
 	cmds, err := s.evalAll(ctx, acquireScript, calls, true)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Lease, len(refs))
+	answers := make([][]int64, len(cmds))
 	for i, c := range cmds {
-		if v, err := c.Int64Slice(); err == nil && len(v) == 2 {
-			out[i] = Lease{Token: v[0], Control: v[1]}
+		answers[i], _ = c.Int64Slice()
+	}
+	out := make([]Lease, len(refs))
+	for i, w := range where {
+		if a := answers[w.call]; w.from+1 < len(a) {
+			out[i] = Lease{Token: a[w.from], Control: a[w.from+1]}
 		}
 	}
 	return out, nil
