@@ -157,21 +157,6 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Metrics:      dispatch.NewMetrics(reg),
 		Tracer:       dispatchTracer,
 	})
-	// Redis may come up after the relay (a pod restarted beside it): wait for it rather
-	// than exit, since nothing can be stored or delivered without it.
-	if err := waitForRedis(ctx, st, log); err != nil {
-		return err
-	}
-	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
-		return fmt.Errorf("read ExternalIds from redis: %w", err)
-	} else if len(problems) > 0 {
-		return problems
-	}
-	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
-		return fmt.Errorf("load destination state from redis: %w", err)
-	}
-	warnUnpinned(log, cfg, path)
-
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
@@ -199,36 +184,28 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	httpSrv.RegisterOnShutdown(apiSrv.CloseStreams)
 	metricsSrv := apiSrv.MetricsHTTPServer(errorLog)
 
-	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
-		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
-	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
-		current: cfg, store: st}
-	var wg sync.WaitGroup
-	var ingestErr error
-	wg.Add(7)
+	// The listeners serve from here on, before Redis answers: /healthz says the process
+	// lives, /readyz says why it does not serve yet (apiSrv.Starting), /metrics shows
+	// relay_redis_up 0. A start that fails below stops them before serve returns.
+	apiSrv.Starting("connecting to Redis")
+	var httpWG sync.WaitGroup
+	defer httpWG.Wait()
+	defer stop()
+	httpWG.Add(3)
 	go func() {
-		defer wg.Done()
-		if ingestErr = consumer.Run(ctx); ingestErr != nil {
-			log.Error("ingest cannot run; the relay stops", "component", "ingest", "error", ingestErr)
-			stop()
-		}
-	}()
-	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
-	go func() { defer wg.Done(); _ = outbox.Run(ctx) }()
-	go func() {
-		defer wg.Done()
+		defer httpWG.Done()
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("api server stopped", "error", err)
 		}
 	}()
 	go func() {
-		defer wg.Done()
+		defer httpWG.Done()
 		if err := metricsSrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "error", err)
 		}
 	}()
 	go func() {
-		defer wg.Done()
+		defer httpWG.Done()
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), apiShutdownTimeout)
 		defer cancel()
@@ -238,6 +215,39 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 			_ = httpSrv.Close()
 		}
 	}()
+
+	// Redis may come up after the relay (a pod restarted beside it): wait for it rather
+	// than exit, since nothing can be stored or delivered without it.
+	if err := waitForRedis(ctx, st, log, apiSrv.Starting); err != nil {
+		return err
+	}
+	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
+		return fmt.Errorf("read ExternalIds from redis: %w", err)
+	} else if len(problems) > 0 {
+		return problems
+	}
+	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
+		return fmt.Errorf("load destination state from redis: %w", err)
+	}
+	warnUnpinned(log, cfg, path)
+	apiSrv.Started()
+
+	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
+		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
+	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
+		current: cfg, store: st}
+	var wg sync.WaitGroup
+	var ingestErr error
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		if ingestErr = consumer.Run(ctx); ingestErr != nil {
+			log.Error("ingest cannot run; the relay stops", "component", "ingest", "error", ingestErr)
+			stop()
+		}
+	}()
+	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
+	go func() { defer wg.Done(); _ = outbox.Run(ctx) }()
 	go func() {
 		defer wg.Done()
 		for {
@@ -250,6 +260,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		}
 	}()
 	wg.Wait()
+	httpWG.Wait()
 	log.Info("relay stopped")
 	return ingestErr
 }
@@ -397,8 +408,9 @@ const (
 )
 
 // waitForRedis returns once Redis answers PING, logging each failed try with the wait
-// before the next (doubling up to redisWaitMax); it ends with ctx (SIGTERM while waiting).
-func waitForRedis(ctx context.Context, st *store.Store, log *slog.Logger) error {
+// before the next (doubling up to redisWaitMax) and telling starting (what /readyz
+// says) why; it ends with ctx (SIGTERM while waiting).
+func waitForRedis(ctx context.Context, st *store.Store, log *slog.Logger, starting func(reason string)) error {
 	wait := redisWaitFirst
 	for try := 1; ; try++ {
 		pctx, cancel := context.WithTimeout(ctx, redisPingLimit)
@@ -413,6 +425,7 @@ func waitForRedis(ctx context.Context, st *store.Store, log *slog.Logger) error 
 		// go-redis errors name the address, never the password of the URL.
 		log.Warn("redis does not answer; waiting before the next try", "component", "store",
 			"try", try, "retry_in", wait.String(), "error", err.Error())
+		starting(fmt.Sprintf("waiting for Redis: it did not answer PING (try %d, next in %s): %v", try, wait, err))
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("redis never answered (%d tries): %w", try, err)
