@@ -277,6 +277,7 @@ func startConsoleRig(t *testing.T, extraDestinations string) *consoleRig {
 identity:
   name: mercamap
   aws_principal_arn: %s
+  external_id_secret: external-id-secret-for-the-test-0123456789
   gcp_service_account: relay@mercamap-prod.iam.gserviceaccount.com
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}

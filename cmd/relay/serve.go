@@ -43,8 +43,10 @@ delivers to the destinations it holds leases for, and serves the operator API on
 api.listen. SIGHUP re-reads the config: accounts (routing), destinations and API tokens
 change at once (a file with problems is refused whole, each problem logged, and the
 running config kept). A config that would change an ExternalId Redis already holds is
-refused the same way, at start and on reload; an AWS destination whose ExternalId lives
-only in Redis is named in a warning (pin it: see relay external-ids). It runs until
+refused the same way, at start and on reload, and so is an AWS destination whose
+ExternalId would live only in Redis: pin it (relay external-ids prints the pins) or set
+identity.external_id_secret. While Redis does not answer at start it waits, /readyz
+saying why. It runs until
 SIGINT or SIGTERM, when it finishes the messages and writes in hand, ends API streams
 and exits.
 
@@ -65,6 +67,10 @@ api.listen serves the API, the console, /healthz and /readyz, never /metrics.`,
 				return err
 			}
 			logWarnings(log, cfg)
+			// Before Redis is waited for: the file alone decides it.
+			if problems := cfg.UnkeptExternalIDs(path); len(problems) > 0 {
+				return problems
+			}
 			return serve(cmd.Context(), e, path, cfg, log)
 		},
 	}
@@ -229,7 +235,6 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
 		return fmt.Errorf("load destination state from redis: %w", err)
 	}
-	warnUnpinned(log, cfg, path)
 	apiSrv.Started()
 
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
@@ -310,6 +315,12 @@ func (r *reloader) reload(ctx context.Context) {
 		return
 	}
 	logWarnings(r.log, next)
+	if problems := next.UnkeptExternalIDs(r.path); len(problems) > 0 {
+		for _, p := range problems {
+			r.log.Error("config reload refused; the running config stays", "problem", p.String())
+		}
+		return
+	}
 	if problems, err := externalIDProblems(ctx, r.store, next); err != nil || len(problems) > 0 {
 		for _, p := range problems {
 			r.log.Error("config reload refused; the running config stays", "problem", p.String())
@@ -331,7 +342,6 @@ func (r *reloader) reload(ctx context.Context) {
 		r.log.Warn("config change takes effect at the next restart", "setting", setting)
 	}
 	r.current = next
-	warnUnpinned(r.log, next, r.path)
 	r.log.Info("config reloaded", "destinations", len(next.Destinations), "accounts", len(next.Accounts),
 		"tokens", len(next.API.Tokens))
 }
