@@ -35,6 +35,7 @@ type Options struct {
 type Reading struct {
 	Destination destination.Destination
 	Status      string
+	DisabledBy  string // a disabled destination's disabled.by: operator or rejections
 	Failures    int
 	// Known is false when the positions cannot tell the backlog (store.LagReading.Known):
 	// the lag gauges are then left out, status and failures still shown.
@@ -54,7 +55,7 @@ type Sampler struct {
 	sampled time.Time
 	took    time.Duration
 
-	lagDesc, ageDesc, statusDesc, failDesc, atDesc, tookDesc *prometheus.Desc
+	lagDesc, ageDesc, statusDesc, disabledDesc, failDesc, atDesc, tookDesc *prometheus.Desc
 }
 
 var labels = []string{"destination", "connector", "account"}
@@ -80,6 +81,9 @@ func New(opts Options) *Sampler {
 			"Age of the oldest event after the destination's cursor, since it was stored in Redis; 0 when nothing waits.", labels, nil),
 		statusDesc: prometheus.NewDesc("relay_destination_status",
 			"1 for the destination's current status (active, paused, disabled).", append(labels, "status"), nil),
+		disabledDesc: prometheus.NewDesc("relay_destination_disabled",
+			"1 for a disabled destination, by who disabled it: rejections (disable_after rejected writes in a row) or operator (an admin's disable).",
+			append(labels, "by"), nil),
 		failDesc: prometheus.NewDesc("relay_destination_consecutive_failures",
 			"Rejected writes in a row (the card's consecutive_failures).", labels, nil),
 		atDesc: prometheus.NewDesc("relay_lag_sample_timestamp_seconds",
@@ -140,7 +144,8 @@ func (s *Sampler) Sample(ctx context.Context) error {
 			if !r.Found {
 				continue
 			}
-			rd := Reading{Destination: byAcct[a][j], Status: r.Status, Failures: r.ConsecutiveFailures, Known: r.Known, Events: r.Events}
+			rd := Reading{Destination: byAcct[a][j], Status: r.Status, DisabledBy: r.DisabledBy, Failures: r.ConsecutiveFailures,
+				Known: r.Known, Events: r.Events}
 			if r.Next != "" {
 				rd.Oldest = store.IDTime(r.Next)
 			}
@@ -185,7 +190,7 @@ func (s *Sampler) refresh() {
 
 // Describe implements prometheus.Collector.
 func (s *Sampler) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.lagDesc, s.ageDesc, s.statusDesc, s.failDesc, s.atDesc, s.tookDesc} {
+	for _, d := range []*prometheus.Desc{s.lagDesc, s.ageDesc, s.statusDesc, s.disabledDesc, s.failDesc, s.atDesc, s.tookDesc} {
 		ch <- d
 	}
 }
@@ -214,6 +219,13 @@ func (s *Sampler) Collect(ch chan<- prometheus.Metric) {
 			status = store.Active
 		}
 		ch <- prometheus.MustNewConstMetric(s.statusDesc, prometheus.GaugeValue, 1, append(lv, status)...)
+		if status == store.Disabled {
+			by := r.DisabledBy
+			if by == "" {
+				by = store.DisabledByOperator
+			}
+			ch <- prometheus.MustNewConstMetric(s.disabledDesc, prometheus.GaugeValue, 1, append(lv, by)...)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(s.atDesc, prometheus.GaugeValue, float64(sampled.UnixMilli())/1000)
 	ch <- prometheus.MustNewConstMetric(s.tookDesc, prometheus.GaugeValue, took.Seconds())
