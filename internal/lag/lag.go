@@ -55,7 +55,7 @@ type Sampler struct {
 	sampled time.Time
 	took    time.Duration
 
-	lagDesc, ageDesc, statusDesc, disabledDesc, failDesc, atDesc, tookDesc *prometheus.Desc
+	lagDesc, ageDesc, statusDesc, failDesc, atDesc, tookDesc *prometheus.Desc
 }
 
 var labels = []string{"destination", "connector", "account"}
@@ -80,10 +80,8 @@ func New(opts Options) *Sampler {
 		ageDesc: prometheus.NewDesc("relay_destination_oldest_undelivered_age_seconds",
 			"Age of the oldest event after the destination's cursor, since it was stored in Redis; 0 when nothing waits.", labels, nil),
 		statusDesc: prometheus.NewDesc("relay_destination_status",
-			"1 for the destination's current status (active, paused, disabled).", append(labels, "status"), nil),
-		disabledDesc: prometheus.NewDesc("relay_destination_disabled",
-			"1 for a disabled destination, by who disabled it: rejections (disable_after rejected writes in a row) or operator (an admin's disable).",
-			append(labels, "by"), nil),
+			"1 for the destination's current status (active, paused, disabled); by, for disabled, says who disabled it: rejections (disable_after rejected writes in a row) or operator (an admin's disable).",
+			append(labels, "status", "by"), nil),
 		failDesc: prometheus.NewDesc("relay_destination_consecutive_failures",
 			"Rejected writes in a row (the card's consecutive_failures).", labels, nil),
 		atDesc: prometheus.NewDesc("relay_lag_sample_timestamp_seconds",
@@ -190,7 +188,7 @@ func (s *Sampler) refresh() {
 
 // Describe implements prometheus.Collector.
 func (s *Sampler) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.lagDesc, s.ageDesc, s.statusDesc, s.disabledDesc, s.failDesc, s.atDesc, s.tookDesc} {
+	for _, d := range []*prometheus.Desc{s.lagDesc, s.ageDesc, s.statusDesc, s.failDesc, s.atDesc, s.tookDesc} {
 		ch <- d
 	}
 }
@@ -218,14 +216,13 @@ func (s *Sampler) Collect(ch chan<- prometheus.Metric) {
 		if status == "" {
 			status = store.Active
 		}
-		ch <- prometheus.MustNewConstMetric(s.statusDesc, prometheus.GaugeValue, 1, append(lv, status)...)
+		by := "" // no label but for a disabled destination
 		if status == store.Disabled {
-			by := r.DisabledBy
-			if by == "" {
+			if by = r.DisabledBy; by == "" {
 				by = store.DisabledByOperator
 			}
-			ch <- prometheus.MustNewConstMetric(s.disabledDesc, prometheus.GaugeValue, 1, append(lv, by)...)
 		}
+		ch <- prometheus.MustNewConstMetric(s.statusDesc, prometheus.GaugeValue, 1, append(lv, status, by)...)
 	}
 	ch <- prometheus.MustNewConstMetric(s.atDesc, prometheus.GaugeValue, float64(sampled.UnixMilli())/1000)
 	ch <- prometheus.MustNewConstMetric(s.tookDesc, prometheus.GaugeValue, took.Seconds())

@@ -216,9 +216,10 @@ func (s rejectingSink) Send(_ context.Context, d destination.Destination, _ dest
 }
 
 // An operator's deliberate disable and one by rejections are told apart on /metrics:
-// relay_destination_disabled carries by="operator" or by="rejections" (the card's
-// disabled.by), so the alert that pages can be the rejections' alone.
-func TestDisabledGaugeSaysWhoDisabledTheDestination(t *testing.T) {
+// relay_destination_status{status="disabled"} carries by="operator" or by="rejections"
+// (the card's disabled.by), so the alert that pages can be the rejections' alone; the
+// others carry no by.
+func TestStatusGaugeSaysWhoDisabledTheDestination(t *testing.T) {
 	// Its own AWS account: an operator's disable takes the account's others with it.
 	off := bus("switched-off")
 	off.BusARN, off.RoleARN = "arn:aws:events:us-east-1:444455556666:event-bus/off", "arn:aws:iam::444455556666:role/relay"
@@ -235,12 +236,13 @@ func TestDisabledGaugeSaysWhoDisabledTheDestination(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP relay_destination_disabled 1 for a disabled destination, by who disabled it: rejections (disable_after rejected writes in a row) or operator (an admin's disable).
-# TYPE relay_destination_disabled gauge
-relay_destination_disabled{account="acct_lag",by="operator",connector="eventbridge",destination="switched-off"} 1
-relay_destination_disabled{account="acct_lag",by="rejections",connector="eventbridge",destination="rejected"} 1
+# HELP relay_destination_status 1 for the destination's current status (active, paused, disabled); by, for disabled, says who disabled it: rejections (disable_after rejected writes in a row) or operator (an admin's disable).
+# TYPE relay_destination_status gauge
+relay_destination_status{account="acct_lag",by="",connector="eventbridge",destination="fine",status="active"} 1
+relay_destination_status{account="acct_lag",by="operator",connector="eventbridge",destination="switched-off",status="disabled"} 1
+relay_destination_status{account="acct_lag",by="rejections",connector="eventbridge",destination="rejected",status="disabled"} 1
 `
-	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "relay_destination_disabled"); err != nil {
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "relay_destination_status"); err != nil {
 		t.Fatal(err)
 	}
 }
