@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mercamap/relay/internal/api"
+	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/console"
 	"github.com/mercamap/relay/internal/dispatch"
@@ -100,14 +101,16 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	// The Go runtime, the process (CPU, memory, open files) and the build's version.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector())
-	tracer, err := tracing.New(cfg.Tracing, cfg.RabbitMQ.Queue)
+	tracer, err := tracing.New(cfg.Tracing, tracing.Options{Queue: cfg.RabbitMQ.Queue,
+		Instance: podName(e.getenv), PodName: e.getenv("POD_NAME")})
 	if err != nil {
 		return err
 	}
 	var ingestTracer ingest.Tracer
 	var dispatchTracer dispatch.Tracer
+	var stsTracer assume.Tracer
 	if tracer != nil {
-		ingestTracer, dispatchTracer = tracer, tracer
+		ingestTracer, dispatchTracer, stsTracer = tracer, tracer, tracer
 		defer shutdownTracer(tracer, log)
 	}
 	consumer := ingest.New(ingest.Options{
@@ -140,7 +143,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
 		Tracer:       ingestTracer,
 	})
-	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log)
+	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log, stsTracer)
 	if err != nil {
 		return err
 	}
@@ -386,6 +389,19 @@ func logWarnings(log *slog.Logger, cfg *config.Config) {
 	for _, w := range cfg.Warnings {
 		log.Warn("config warning", "warning", w.String())
 	}
+}
+
+// podName is the replica's name for traces (service.instance.id): POD_NAME (the chart
+// sets it from the downward API), else HOSTNAME, else the host's name.
+func podName(getenv func(string) string) string {
+	if n := getenv("POD_NAME"); n != "" {
+		return n
+	}
+	if n := getenv("HOSTNAME"); n != "" {
+		return n
+	}
+	n, _ := os.Hostname()
+	return n
 }
 
 // replicaName names this process in destination leases: unique per start.
