@@ -69,7 +69,7 @@ destinations:
 		t.Fatal(err)
 	}
 	bin := buildRelay(t)
-	_, r.logs, _ = startWatchedRelay(t, bin, cfg, "POD_NAME=relay-test-pod-0") // the chart's downward API
+	_, r.logs, _ = startWatchedRelay(t, bin, cfg, "POD_NAME=relay-test-pod-0")            // the chart's downward API
 	sts.RequireExternalID(roleARN, issuedExternalID(t, redisURL, "acct_1", "orders-bus")) // the customer's trust policy
 	conn, ch := brokerChannel(t, amqpURL, queue)
 	waitConsumers(t, conn, queue, 1)
