@@ -57,6 +57,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "relay_destinations_disabled_total",
 		Help: "Destinations this replica disabled, by who: rejections (disable_after rejected writes in a row) or operator (an admin's disable, its cascade included).",
 	}, []string{"by"})
+	// Every connector's series at 0 from the start, so an alert on a rate sees the
+	// first attempts (a series born at 1 shows no increase).
+	for _, c := range []destination.Connector{destination.EventBridge, destination.Kinesis, destination.PubSub} {
+		for _, o := range []failures.Class{failures.Delivered, failures.NotTaken, failures.Rejected} {
+			m.Deliveries.WithLabelValues(string(c), string(o))
+		}
+		m.Latency.WithLabelValues(string(c))
+		m.SendTime.WithLabelValues(string(c))
+	}
 	for _, r := range setupReasons {
 		m.SetupRefused.WithLabelValues(r)
 	}
