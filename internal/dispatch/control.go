@@ -223,6 +223,9 @@ func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destinatio
 	defer cancel()
 	checkErr := c.Check(checkCtx, dest)
 	check, reason := failures.Classify(checkErr), failures.Reason(checkErr)
+	if check.Class == failures.Rejected {
+		d.setupRefused(ctx, dest, reason) // before the event, whose card state then says it
+	}
 	event := map[string]any{"destination": dest.ID, "class": string(check.Class), "message": check.Message, "setup": true}
 	if reason != "" {
 		event["reason"], event["security"] = reason, true
@@ -232,9 +235,6 @@ func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destinatio
 	}
 	if check.Class == failures.Delivered {
 		return true, ""
-	}
-	if check.Class == failures.Rejected {
-		d.setupRefused(ctx, dest, reason)
 	}
 	return false, check.Message
 }

@@ -143,18 +143,32 @@ func TestPendingDestinationWhoseRoleLetsAWrongExternalIDInIsMarkedRefusedForSecu
 	if n := testutil.ToFloat64(r.d.opts.Metrics.SetupRefused.WithLabelValues("setup_incomplete")); n != 0 {
 		t.Errorf("relay_setup_refused_total{reason=setup_incomplete} = %v, want 0: this refusal is for security", n)
 	}
-	// A follower reading the channel sees it too: the check's event names the reason.
-	page, err := r.store.ReadChannel(t.Context(), acct, store.DestinationChannel("orders"), 0, 100000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen bool
-	for _, ev := range page.Events {
-		seen = seen || (ev.Type == "destination.checked" && strings.Contains(string(ev.Data), `"reason":"external_id_not_enforced"`))
-	}
-	if !seen {
-		t.Error("no destination.checked event names the security reason")
-	}
+	// A follower reading the channel sees it too: the next check's event names the reason
+	// and carries the marked card state.
+	var seen, inState bool
+	waitFor(t, "a destination.checked event with the reason and the marked card state", func() bool {
+		page, err := r.store.ReadChannel(t.Context(), acct, store.DestinationChannel("orders"), 0, 100000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range page.Events {
+			if ev.Type != "destination.checked" {
+				continue
+			}
+			var data struct {
+				Reason string `json:"reason"`
+				State  struct {
+					Pending *store.PendingCheck `json:"pending"`
+				} `json:"state"`
+			}
+			if err := json.Unmarshal(ev.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			seen = seen || data.Reason == failures.ReasonExternalIDNotEnforced
+			inState = inState || (data.State.Pending != nil && data.State.Pending.Security)
+		}
+		return seen && inState
+	})
 
 	// The customer names the exact ExternalId: the next check passes.
 	sts.RequireExternalID(dest.RoleARN, dest.PinnedExternalID)

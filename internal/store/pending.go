@@ -48,14 +48,23 @@ return 'active'
 
 var setupRefusalScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 0 end
-if ARGV[1] == '' then redis.call('HDEL', KEYS[1], 'pending_reason') else redis.call('HSET', KEYS[1], 'pending_reason', ARGV[1]) end
+local reason = ARGV[1]
+if reason == '' then redis.call('HDEL', KEYS[1], 'pending_reason') else redis.call('HSET', KEYS[1], 'pending_reason', reason) end
+-- The card's last check says it at once, so the channel event that follows carries it.
+local raw = redis.call('HGET', KEYS[1], 'pending')
+if raw then
+  local c = cjson.decode(raw)
+  if reason == '' then c.security, c.reason = false, nil else c.security, c.reason = true, reason end
+  redis.call('HSET', KEYS[1], 'pending', cjson.encode(c))
+end
 return 1
 `)
 
 // SetupRefusal records why a pending destination's setup check refused it, before
 // SetupChecked stores the check: reason is a security reason's code
 // (failures.ReasonExternalIDNotEnforced), which SetupChecked then puts in the card's
-// pending (security true), or "" for a refusal that is a setup step missing. Only a
+// pending (security true), or "" for a refusal that is a setup step missing. The card's
+// pending already stored is marked (or unmarked) at once. Only a
 // definite refusal is recorded: a check that could not run leaves the last one. A
 // destination no longer pending is left as it is; one that passes its check drops it.
 func (s *Store) SetupRefusal(ctx context.Context, r Ref, reason string) error {

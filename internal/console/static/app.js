@@ -239,8 +239,12 @@ class CardView {
     d.lastFailure = c.last_failure ? c.last_failure.event_id : '';
     d.lastDelivery = c.last_delivery ? c.last_delivery.event_id : '';
     const status = this.root.querySelector('.badge.status');
-    status.textContent = t('status_' + c.status);
+    // Pending for a security reason (the role lets a wrong ExternalId in) is refused,
+    // not "being set up": the badge says so.
+    const refused = c.status === 'pending' && !!(c.pending && c.pending.security);
+    status.textContent = t(refused ? 'status_refused' : 'status_' + c.status);
     status.dataset.status = c.status;
+    status.dataset.security = String(refused);
     const live = this.root.querySelector('.badge.live-state');
     live.textContent = t('live_' + (f.state || 'connecting'));
     live.dataset.state = f.state || 'connecting';
@@ -261,7 +265,7 @@ class CardView {
       ? el('span', { class: 'last-delivery' }, formatTime(ld.at), el('small', {}, ' · ', t('event'), ' ', ld.event_id))
       : el('span', { class: 'last-delivery' }, t('never'))));
     if (c.pending) {
-      rows.push(row(t('pendingCheck'), el('span', { class: 'pending-info' }, c.pending.message,
+      rows.push(row(t(c.pending.security ? 'pendingRefused' : 'pendingCheck'), el('span', { class: 'pending-info' }, c.pending.message,
         el('small', {}, ' · ', t('nextCheck'), ' ', formatTime(c.pending.next_check)))));
     }
     if (c.disabled) {
