@@ -202,7 +202,14 @@ RELAY_ADMIN_TOKEN=demo-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
 RELAY_DEMO_ACCOUNT_TOKEN=demo-acct-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
 RELAY_EXTERNAL_ID_SECRET=$DEMO_EXTERNAL_ID_SECRET
 export FETCHER_EXTERNAL_HMAC_KEY RELAY_ADMIN_TOKEN RELAY_DEMO_ACCOUNT_TOKEN RELAY_EXTERNAL_ID_SECRET
-bin/relay check-config --config "$CONFIG"
+if ! checked=$(bin/relay check-config --config "$CONFIG" 2>&1); then
+	printf '%s\n' "$checked"
+	# A Redis in .peers from a demo run before the ExternalId secret holds random ids.
+	grep -q 'but the relay issued' <<<"$checked" &&
+		die "the demo's Redis holds ExternalIds from a run before identity.external_id_secret: empty it (redis-cli -p $redis_port FLUSHALL) and run again"
+	die "check-config refused $CONFIG"
+fi
+printf '%s\n' "$checked"
 
 # A second run: what the first one left running goes first, so the ports are free again.
 if alive "$RELAY_PID" "relay serve"; then
