@@ -212,7 +212,8 @@ func TestConsoleInChromium(t *testing.T) {
 	r.waitLive(admin, "other-bus")
 	r.waitJS(admin, `document.querySelector('article[data-id="other-bus"] .badge.status').dataset.security === 'true'`,
 		"other-bus's badge marked refused for security")
-	if s := r.evalString(admin, `document.querySelector('article[data-id="other-bus"] .badge.status').textContent`); s != "Refused: role lets others in" {
+	// The operator's page is in Spanish by now.
+	if s := r.evalString(admin, `document.querySelector('article[data-id="other-bus"] .badge.status').textContent`); s != "Rechazado: el rol deja entrar a otros" {
 		t.Errorf("other-bus's badge reads %q, want it refused for security", s)
 	}
 	// Its role is not set up: pending, until the disable.

@@ -204,7 +204,7 @@ export class Follower {
       const s = d.state;
       Object.assign(this.card, {
         status: s.status, consecutive_failures: s.consecutive_failures, last_failure: s.last_failure,
-        last_delivery: s.last_delivery, disabled: s.disabled, sequence: ev.sequence,
+        last_delivery: s.last_delivery, disabled: s.disabled, failing: s.failing, pending: s.pending, sequence: ev.sequence,
       });
       changed = this.card;
     }
