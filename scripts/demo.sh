@@ -42,6 +42,10 @@ SANDBOX=http://127.0.0.1:$SANDBOX_PORT
 API=http://127.0.0.1:8080
 # A demo master key (Fetcher's APP_ENC_KEY, base64 of 32 bytes). Not a secret: never use it elsewhere.
 DEMO_APP_ENC_KEY=cmVsYXktZGVtby1tYXN0ZXIta2V5LW5vdC1zZWNyZXQ=
+# The demo's identity.external_id_secret: it derives each AWS destination's ExternalId,
+# so the ids stay the same across runs and an emptied Redis. Fixed, like the master key
+# above, and not a secret: generate yours with openssl rand -hex 32 and keep it forever.
+DEMO_EXTERNAL_ID_SECRET=relay-demo-external-id-secret-not-a-secret-0001
 # The destinations of the config: id, connector, and what the customer made on their side.
 AWS_DESTS="orders-bus:eventbridge orders-stream:kinesis"
 ALL_DESTS="orders-bus:eventbridge orders-stream:kinesis orders-topic:pubsub"
@@ -196,8 +200,16 @@ FETCHER_EXTERNAL_HMAC_KEY=$(APP_ENC_KEY=$DEMO_APP_ENC_KEY bin/relay derive-key)
 # The API's bearer tokens: new ones each run.
 RELAY_ADMIN_TOKEN=demo-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
 RELAY_DEMO_ACCOUNT_TOKEN=demo-acct-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-export FETCHER_EXTERNAL_HMAC_KEY RELAY_ADMIN_TOKEN RELAY_DEMO_ACCOUNT_TOKEN
-bin/relay check-config --config "$CONFIG"
+RELAY_EXTERNAL_ID_SECRET=$DEMO_EXTERNAL_ID_SECRET
+export FETCHER_EXTERNAL_HMAC_KEY RELAY_ADMIN_TOKEN RELAY_DEMO_ACCOUNT_TOKEN RELAY_EXTERNAL_ID_SECRET
+if ! checked=$(bin/relay check-config --config "$CONFIG" 2>&1); then
+	printf '%s\n' "$checked"
+	# A Redis in .peers from a demo run before the ExternalId secret holds random ids.
+	grep -q 'but the relay issued' <<<"$checked" &&
+		die "the demo's Redis holds ExternalIds from a run before identity.external_id_secret: empty it (redis-cli -p $redis_port FLUSHALL) and run again"
+	die "check-config refused $CONFIG"
+fi
+printf '%s\n' "$checked"
 
 # A second run: what the first one left running goes first, so the ports are free again.
 if alive "$RELAY_PID" "relay serve"; then
@@ -396,6 +408,7 @@ cat <<EOF
   publish more:
     RELAY_RABBITMQ_URL=$RELAY_RABBITMQ_URL FETCHER_EXTERNAL_HMAC_KEY=$FETCHER_EXTERNAL_HMAC_KEY \\
     RELAY_REDIS_URL=$RELAY_REDIS_URL RELAY_ADMIN_TOKEN=\$RELAY_ADMIN_TOKEN RELAY_DEMO_ACCOUNT_TOKEN=$RELAY_DEMO_ACCOUNT_TOKEN \\
+    RELAY_EXTERNAL_ID_SECRET=$RELAY_EXTERNAL_ID_SECRET \\
     bin/relay publish --config $CONFIG --status completed --store-id store-42 --count 10
   logs: $RELAY_LOG, $SANDBOX_LOG, $KINESALITE_LOG
   Ctrl-C stops $stops

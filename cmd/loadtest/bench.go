@@ -338,6 +338,7 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL s
 	fmt.Fprintf(&cfg, `identity:
   name: mercamap
   aws_principal_arn: arn:aws:iam::999999999999:role/relay-delivery
+  external_id_secret: loadtest-external-id-secret-0123456789abcdef  # ExternalIds derived: serve refuses ids kept only in Redis
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 256}
 redis: {url: %q}
 signature: {keys: [env:BENCH_HMAC_KEY]}

@@ -513,6 +513,7 @@ func drillConfig(f drillFlags, exchange, events, kinesis string) string {
 identity:
   name: mercamap
   aws_principal_arn: arn:aws:iam::999999999999:role/relay-delivery
+  external_id_secret: loadtest-external-id-secret-0123456789abcdef  # ExternalIds derived: serve refuses ids kept only in Redis
   gcp_service_account: relay@relay-drill.iam.gserviceaccount.com
 rabbitmq:
   %s

@@ -176,7 +176,7 @@ func TestServeReloadsTokensOnSIGHUPAndEndsStreamsOnSIGTERM(t *testing.T) {
 	writeCfg := func(tokens string) {
 		t.Helper()
 		cfg := fmt.Sprintf(`
-identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay"}
+identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay", external_id_secret: external-id-secret-for-the-test-0123456789}
 rabbitmq: {url: %s, exchange: %s, queue: %s}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}

@@ -17,7 +17,10 @@ func checkConfigCmd(e env) *cobra.Command {
 		Long: `check-config reads the YAML config (and every env: / file: secret it references),
 prints each problem on its own line as "path: message", and exits non-zero when there is any.
 A warning ("path: warning: message", such as a secret file others can read) does not fail it.
-serve refuses to start on the same problems. When the file is valid and has AWS
+serve refuses to start on the same problems. An AWS destination must pin its
+external_id or have it derived from identity.external_id_secret (an id that lived only in
+Redis would change if Redis were lost; relay external-ids prints the pins of the ids Redis
+holds). When the file is valid and has AWS
 destinations, it also reads redis.url (a few seconds at most) and refuses a file that would
 change an ExternalId Redis already holds; when Redis cannot be reached it says the
 comparison was not made, and serve makes it at start and on reload.`,
@@ -33,9 +36,12 @@ comparison was not made, and serve makes it at start and on reload.`,
 			} else if err != nil {
 				return err
 			}
-			// The file is valid; the ExternalIds it pins or derives must not change those
-			// Redis already holds (when Redis can be reached from here).
-			problems, skipped := checkIssued(cmd.Context(), cfg)
+			// The file is valid; every AWS destination's ExternalId must be kept by the
+			// file (pinned or derived), and must not change one Redis already holds (when
+			// Redis can be reached from here).
+			problems = cfg.UnkeptExternalIDs(path)
+			issued, skipped := checkIssued(cmd.Context(), cfg)
+			problems = append(problems, issued...)
 			for _, p := range problems {
 				fmt.Fprintf(e.stdout, "%s: %s\n", p.Path, p.Message)
 			}

@@ -204,9 +204,21 @@ func TestConsoleInChromium(t *testing.T) {
 	r.click(page, `article[data-id="orders-bus"] .attempts button.older`)
 	r.waitJS(page, `document.querySelectorAll('article[data-id="orders-bus"] .attempts tbody tr').length === 20`, "the second page of attempts")
 
+	// other-bus's customer trusts any ExternalId: still pending, but the badge reads
+	// refused for a security reason, not "being set up".
+	if err := r.sts.SetTrustPolicy("arn:aws:iam::444455556666:role/relay-delivery", `{"Version":"2012-10-17","Statement":[{"Effect":"Allow",`+
+		`"Principal":{"AWS":"`+awstest.CallerARN+`"},"Action":"sts:AssumeRole","Condition":{"StringLike":{"sts:ExternalId":"*"}}}]}`); err != nil {
+		t.Fatal(err)
+	}
 	// Disable, as an operator, shows its cascade before anything changes.
 	r.open(admin, "eventbridge")
 	r.waitLive(admin, "other-bus")
+	r.waitJS(admin, `document.querySelector('article[data-id="other-bus"] .badge.status').dataset.security === 'true'`,
+		"other-bus's badge marked refused for security")
+	// The operator's page is in Spanish by now.
+	if s := r.evalString(admin, `document.querySelector('article[data-id="other-bus"] .badge.status').textContent`); s != "Rechazado: el rol deja entrar a otros" {
+		t.Errorf("other-bus's badge reads %q, want it refused for security", s)
+	}
 	// Its role is not set up: pending, until the disable.
 	before := r.evalString(admin, `document.querySelector('article[data-id="other-bus"]').dataset.status`)
 	r.click(admin, `article[data-id="other-bus"] button.disable`)
@@ -286,6 +298,7 @@ func startConsoleRigWith(t testing.TB, extraDestinations, setupCheck string) *co
 identity:
   name: mercamap
   aws_principal_arn: %s
+  external_id_secret: external-id-secret-for-the-test-0123456789
   gcp_service_account: relay@mercamap-prod.iam.gserviceaccount.com
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -45,27 +44,6 @@ func externalIDProblems(ctx context.Context, st *store.Store, cfg *config.Config
 		return nil, err
 	}
 	return cfg.ExternalIDProblems(issued), nil
-}
-
-// maxUnpinnedNamed bounds the ids one warning lists: a deployment with thousands of
-// unpinned destinations gets one readable line, and relay external-ids lists them all.
-const maxUnpinnedNamed = 20
-
-// warnUnpinned logs the AWS destinations whose ExternalId lives only in Redis: an empty
-// Redis would issue them new ones and their customers' trust policies would stop matching.
-func warnUnpinned(log *slog.Logger, cfg *config.Config, path string) {
-	var ids []string
-	for _, d := range cfg.Destinations {
-		if d.Connector.IsAWS() && d.ConfiguredExternalID() == "" {
-			ids = append(ids, d.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return
-	}
-	named := ids[:min(len(ids), maxUnpinnedNamed)]
-	log.Warn("these destinations' ExternalIds live only in Redis: an empty or rebuilt Redis would issue new ones and the customers' trust policies would stop matching; pin them: relay external-ids --config "+path+" prints the lines to add to the config",
-		"unpinned", len(ids), "destinations", strings.Join(named, ","))
 }
 
 // redisCheckTimeout bounds check-config's look at Redis: an unreachable one is reported,

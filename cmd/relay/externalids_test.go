@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mercamap/relay/internal/awstest"
-	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
@@ -312,7 +310,7 @@ destinations:
 
 	// A pin or a derivation that would change the issued id is refused, naming the id to pin.
 	for name, c := range map[string]struct{ secret, pin, says string }{
-		"another pin":         {"", ", external_id: " + testPin, "destinations[0].external_id: pins " + testPin + " but the relay issued " + issued},
+		"another pin":         {withSecret, ", external_id: " + testPin, "destinations[0].external_id: pins " + testPin + " but the relay issued " + issued},
 		"a secret added late": {withSecret, "", "destinations[0].external_id: identity.external_id_secret derives relay-"},
 	} {
 		write(redisURL, c.secret, c.pin)
@@ -335,22 +333,28 @@ destinations:
 	}
 
 	// Redis out of reach: the file is still checked, and the output says what was not.
-	write(fmt.Sprintf("redis://127.0.0.1:%d/0", testpeer.FreePort(t)), "", ", external_id: "+testPin)
+	write(fmt.Sprintf("redis://127.0.0.1:%d/0", testpeer.FreePort(t)), withSecret, ", external_id: "+testPin)
 	out, err = runRelay(t, envs, "", "check-config", "--config", path)
 	if err != nil || !strings.Contains(out, "the ExternalIds were not compared with those Redis holds") || !strings.Contains(out, ": ok") {
 		t.Errorf("check-config without Redis: %v\n%s", err, out)
 	}
 }
 
-// TestServeWarnsOfExternalIDsThatLiveOnlyInRedis: the warning names the AWS destinations
-// with neither a pin nor a derived id, and says how to pin them; Pub/Sub has no ExternalId.
-func TestServeWarnsOfExternalIDsThatLiveOnlyInRedis(t *testing.T) {
+// TestServeAndCheckConfigRefuseExternalIDsThatWouldLiveOnlyInRedis: the promise that an
+// ExternalId never changes holds by default. An AWS destination with neither a pin nor
+// identity.external_id_secret is refused by check-config and serve, each named by its
+// path with the fix (the secret, or relay external-ids' pins); Pub/Sub has no ExternalId.
+// With the secret set the same file passes. serve refuses before it waits for Redis.
+func TestServeAndCheckConfigRefuseExternalIDsThatWouldLiveOnlyInRedis(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(path, []byte(`
-identity: {aws_principal_arn: "arn:aws:iam::999999999999:role/relay", gcp_service_account: relay@relay-prod.iam.gserviceaccount.com}
+	write := func(secret string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(`
+identity: {aws_principal_arn: "arn:aws:iam::999999999999:role/relay", gcp_service_account: relay@relay-prod.iam.gserviceaccount.com`+secret+`}
 rabbitmq: {url: "amqp://guest:guest@127.0.0.1:5672/", exchange: fetcher.job.events}
-redis: {url: "redis://127.0.0.1:6379/0"}
+redis: {url: "redis://127.0.0.1:`+fmt.Sprint(testpeer.FreePort(t))+`/0"}
 signature: {keys: [`+testKeyHex+`]}
+api: {listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0"}
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
 destinations:
@@ -359,25 +363,32 @@ destinations:
   - {id: loose-stream, account: acct_1, connector: kinesis, stream_arn: "arn:aws:kinesis:us-east-1:111122223333:stream/s", role_arn: "arn:aws:iam::111122223333:role/r"}
   - {id: a-topic, account: acct_1, connector: pubsub, project_id: acme-prod, topic_id: relay-events}
 `), 0o600); err != nil {
-		t.Fatal(err)
+			t.Fatal(err)
+		}
 	}
-	cfg, err := config.Load(path, nil)
-	if err != nil {
-		t.Fatal(err)
+	envs := map[string]string{"EXT": testExtSecret}
+	write("")
+	out, err := runRelay(t, envs, "", "check-config", "--config", path)
+	fix := "is not pinned and identity.external_id_secret is not set"
+	for _, want := range []string{"destinations[0].external_id: " + fix, "destinations[2].external_id: " + fix,
+		"relay external-ids --config " + path, "openssl rand -hex 32"} {
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("check-config (%v) does not say %q:\n%s", err, want, out)
+		}
 	}
-	var logs strings.Builder
-	warnUnpinned(slog.New(slog.NewJSONHandler(&logs, nil)), cfg, path)
-	var line struct {
-		Level, Msg   string
-		Unpinned     int
-		Destinations string
+	if strings.Contains(out, "destinations[1]") || strings.Contains(out, "destinations[3]") {
+		t.Errorf("check-config names the pinned destination or the Pub/Sub one:\n%s", out)
 	}
-	if err := json.Unmarshal([]byte(logs.String()), &line); err != nil {
-		t.Fatalf("%v: %s", err, logs.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = run(ctx, []string{"serve", "--config", path}, func(k string) string { return envs[k] }, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "destinations[0].external_id: "+fix) {
+		t.Errorf("serve ended with %v, want it refused naming destinations[0].external_id", err)
 	}
-	if line.Level != "WARN" || line.Unpinned != 2 || line.Destinations != "loose-bus,loose-stream" ||
-		!strings.Contains(line.Msg, "relay external-ids --config "+path) {
-		t.Errorf("warning: %s", logs.String())
+
+	write(", external_id_secret: env:EXT")
+	if out, err := runRelay(t, envs, "", "check-config", "--config", path); err != nil || !strings.Contains(out, ": ok (1 accounts, 4 destinations)") {
+		t.Errorf("check-config with identity.external_id_secret: %v\n%s", err, out)
 	}
 }
 

@@ -47,7 +47,7 @@ func startObservedRelay(t *testing.T, extra string) *observedRelay {
 	r.key, _ = hex.DecodeString(testKeyHex)
 	cfg := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay"}
+identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay", external_id_secret: external-id-secret-for-the-test-0123456789}
 rabbitmq: {url: %s, exchange: %s, queue: %s}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
@@ -69,7 +69,7 @@ destinations:
 		t.Fatal(err)
 	}
 	bin := buildRelay(t)
-	_, r.logs, _ = startWatchedRelay(t, bin, cfg)
+	_, r.logs, _ = startWatchedRelay(t, bin, cfg, "POD_NAME=relay-test-pod-0")            // the chart's downward API
 	sts.RequireExternalID(roleARN, issuedExternalID(t, redisURL, "acct_1", "orders-bus")) // the customer's trust policy
 	conn, ch := brokerChannel(t, amqpURL, queue)
 	waitConsumers(t, conn, queue, 1)

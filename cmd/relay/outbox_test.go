@@ -56,7 +56,7 @@ func TestDisableWhileTheBrokerIsDownReachesTheMailerOnceAfterARestart(t *testing
 	metricsListen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
 	cfg := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay"}
+identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay", external_id_secret: external-id-secret-for-the-test-0123456789}
 rabbitmq: {url: %s, exchange: %s, queue: %s}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}

@@ -24,7 +24,8 @@ import (
 // TestReloadOnboardsAnAccountWithoutLosingItsEvents runs the relay binary against
 // RabbitMQ, Redis and an EventBridge behind an STS that enforces each destination's
 // ExternalId, with events of two tenants published without pause (each confirmed):
-//   - a SIGHUP with a broken file is refused whole, every problem logged as check-config
+//   - a SIGHUP with a broken file (or one whose AWS destinations keep no ExternalId) is
+//     refused whole, every problem logged as check-config
 //     prints it, and the running config keeps routing and delivering;
 //   - a SIGHUP that adds an account (a new tenant) and its destination: every event of
 //     that tenant published after "config reloaded" is in the account's log and at its
@@ -62,7 +63,7 @@ func TestReloadOnboardsAnAccountWithoutLosingItsEvents(t *testing.T) {
 	sts.RequireExternalIDOf(roleB, func() string { return externalID(refB) })
 
 	base := fmt.Sprintf(`
-identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay"}
+identity: {name: mercamap, aws_principal_arn: "arn:aws:iam::999999999999:role/relay", external_id_secret: external-id-secret-for-the-test-0123456789}
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
@@ -169,6 +170,23 @@ destinations:
 	handled("tenant-b")
 	if ids := logIDs("acct_2"); len(ids) != 0 || externalID(refB) != "" || reloads() != 0 {
 		t.Fatalf("the refused file was partly applied: acct_2's log holds %d events, acme-bus ExternalId %q, %d reloads",
+			len(ids), externalID(refB), reloads())
+	}
+
+	// A file whose AWS destinations would keep their ExternalIds in Redis alone (the
+	// secret gone, no pin): refused the same way, each destination named with the fix.
+	write(strings.Replace(twoAccounts, ", external_id_secret: external-id-secret-for-the-test-0123456789", "", 1))
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the unkept ExternalIds logged", func() bool {
+		return slices.ContainsFunc(refusedProblems(t, logs.String()), func(p string) bool {
+			return strings.HasPrefix(p, "destinations[1].external_id: is not pinned and identity.external_id_secret is not set")
+		})
+	})
+	handled("tenant-b")
+	if ids := logIDs("acct_2"); len(ids) != 0 || externalID(refB) != "" || reloads() != 0 {
+		t.Fatalf("the unkept file was partly applied: acct_2's log holds %d events, acme-bus ExternalId %q, %d reloads",
 			len(ids), externalID(refB), reloads())
 	}
 

@@ -71,6 +71,7 @@ func startReplicas(t *testing.T, n int) *replicaSet {
 identity:
   name: mercamap
   aws_principal_arn: arn:aws:iam::999999999999:role/relay
+  external_id_secret: external-id-secret-for-the-test-0123456789
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}

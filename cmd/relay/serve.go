@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mercamap/relay/internal/api"
+	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/console"
 	"github.com/mercamap/relay/internal/dispatch"
@@ -43,8 +44,10 @@ delivers to the destinations it holds leases for, and serves the operator API on
 api.listen. SIGHUP re-reads the config: accounts (routing), destinations and API tokens
 change at once (a file with problems is refused whole, each problem logged, and the
 running config kept). A config that would change an ExternalId Redis already holds is
-refused the same way, at start and on reload; an AWS destination whose ExternalId lives
-only in Redis is named in a warning (pin it: see relay external-ids). It runs until
+refused the same way, at start and on reload, and so is an AWS destination whose
+ExternalId would live only in Redis: pin it (relay external-ids prints the pins) or set
+identity.external_id_secret. While Redis does not answer at start it waits, /readyz
+saying why. It runs until
 SIGINT or SIGTERM, when it finishes the messages and writes in hand, ends API streams
 and exits.
 
@@ -65,6 +68,10 @@ api.listen serves the API, the console, /healthz and /readyz, never /metrics.`,
 				return err
 			}
 			logWarnings(log, cfg)
+			// Before Redis is waited for: the file alone decides it.
+			if problems := cfg.UnkeptExternalIDs(path); len(problems) > 0 {
+				return problems
+			}
 			return serve(cmd.Context(), e, path, cfg, log)
 		},
 	}
@@ -94,14 +101,16 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	// The Go runtime, the process (CPU, memory, open files) and the build's version.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector())
-	tracer, err := tracing.New(cfg.Tracing, cfg.RabbitMQ.Queue)
+	tracer, err := tracing.New(cfg.Tracing, tracing.Options{Queue: cfg.RabbitMQ.Queue,
+		Instance: podName(e.getenv), PodName: e.getenv("POD_NAME")})
 	if err != nil {
 		return err
 	}
 	var ingestTracer ingest.Tracer
 	var dispatchTracer dispatch.Tracer
+	var stsTracer assume.Tracer
 	if tracer != nil {
-		ingestTracer, dispatchTracer = tracer, tracer
+		ingestTracer, dispatchTracer, stsTracer = tracer, tracer, tracer
 		defer shutdownTracer(tracer, log)
 	}
 	consumer := ingest.New(ingest.Options{
@@ -134,7 +143,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
 		Tracer:       ingestTracer,
 	})
-	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log)
+	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log, stsTracer)
 	if err != nil {
 		return err
 	}
@@ -157,21 +166,6 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Metrics:      dispatch.NewMetrics(reg),
 		Tracer:       dispatchTracer,
 	})
-	// Redis may come up after the relay (a pod restarted beside it): wait for it rather
-	// than exit, since nothing can be stored or delivered without it.
-	if err := waitForRedis(ctx, st, log); err != nil {
-		return err
-	}
-	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
-		return fmt.Errorf("read ExternalIds from redis: %w", err)
-	} else if len(problems) > 0 {
-		return problems
-	}
-	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
-		return fmt.Errorf("load destination state from redis: %w", err)
-	}
-	warnUnpinned(log, cfg, path)
-
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
@@ -199,36 +193,28 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	httpSrv.RegisterOnShutdown(apiSrv.CloseStreams)
 	metricsSrv := apiSrv.MetricsHTTPServer(errorLog)
 
-	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
-		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
-	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
-		current: cfg, store: st}
-	var wg sync.WaitGroup
-	var ingestErr error
-	wg.Add(7)
+	// The listeners serve from here on, before Redis answers: /healthz says the process
+	// lives, /readyz says why it does not serve yet (apiSrv.Starting), /metrics shows
+	// relay_redis_up 0. A start that fails below stops them before serve returns.
+	apiSrv.Starting("connecting to Redis")
+	var httpWG sync.WaitGroup
+	defer httpWG.Wait()
+	defer stop()
+	httpWG.Add(3)
 	go func() {
-		defer wg.Done()
-		if ingestErr = consumer.Run(ctx); ingestErr != nil {
-			log.Error("ingest cannot run; the relay stops", "component", "ingest", "error", ingestErr)
-			stop()
-		}
-	}()
-	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
-	go func() { defer wg.Done(); _ = outbox.Run(ctx) }()
-	go func() {
-		defer wg.Done()
+		defer httpWG.Done()
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("api server stopped", "error", err)
 		}
 	}()
 	go func() {
-		defer wg.Done()
+		defer httpWG.Done()
 		if err := metricsSrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "error", err)
 		}
 	}()
 	go func() {
-		defer wg.Done()
+		defer httpWG.Done()
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), apiShutdownTimeout)
 		defer cancel()
@@ -238,6 +224,38 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 			_ = httpSrv.Close()
 		}
 	}()
+
+	// Redis may come up after the relay (a pod restarted beside it): wait for it rather
+	// than exit, since nothing can be stored or delivered without it.
+	if err := waitForRedis(ctx, st, log, apiSrv.Starting); err != nil {
+		return err
+	}
+	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
+		return fmt.Errorf("read ExternalIds from redis: %w", err)
+	} else if len(problems) > 0 {
+		return problems
+	}
+	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
+		return fmt.Errorf("load destination state from redis: %w", err)
+	}
+	apiSrv.Started()
+
+	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
+		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
+	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
+		current: cfg, store: st}
+	var wg sync.WaitGroup
+	var ingestErr error
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		if ingestErr = consumer.Run(ctx); ingestErr != nil {
+			log.Error("ingest cannot run; the relay stops", "component", "ingest", "error", ingestErr)
+			stop()
+		}
+	}()
+	go func() { defer wg.Done(); _ = disp.Run(ctx) }()
+	go func() { defer wg.Done(); _ = outbox.Run(ctx) }()
 	go func() {
 		defer wg.Done()
 		for {
@@ -250,6 +268,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		}
 	}()
 	wg.Wait()
+	httpWG.Wait()
 	log.Info("relay stopped")
 	return ingestErr
 }
@@ -299,6 +318,12 @@ func (r *reloader) reload(ctx context.Context) {
 		return
 	}
 	logWarnings(r.log, next)
+	if problems := next.UnkeptExternalIDs(r.path); len(problems) > 0 {
+		for _, p := range problems {
+			r.log.Error("config reload refused; the running config stays", "problem", p.String())
+		}
+		return
+	}
 	if problems, err := externalIDProblems(ctx, r.store, next); err != nil || len(problems) > 0 {
 		for _, p := range problems {
 			r.log.Error("config reload refused; the running config stays", "problem", p.String())
@@ -320,7 +345,6 @@ func (r *reloader) reload(ctx context.Context) {
 		r.log.Warn("config change takes effect at the next restart", "setting", setting)
 	}
 	r.current = next
-	warnUnpinned(r.log, next, r.path)
 	r.log.Info("config reloaded", "destinations", len(next.Destinations), "accounts", len(next.Accounts),
 		"tokens", len(next.API.Tokens))
 }
@@ -367,6 +391,19 @@ func logWarnings(log *slog.Logger, cfg *config.Config) {
 	}
 }
 
+// podName is the replica's name for traces (service.instance.id): POD_NAME (the chart
+// sets it from the downward API), else HOSTNAME, else the host's name.
+func podName(getenv func(string) string) string {
+	if n := getenv("POD_NAME"); n != "" {
+		return n
+	}
+	if n := getenv("HOSTNAME"); n != "" {
+		return n
+	}
+	n, _ := os.Hostname()
+	return n
+}
+
 // replicaName names this process in destination leases: unique per start.
 func replicaName() string {
 	host, _ := os.Hostname()
@@ -397,8 +434,9 @@ const (
 )
 
 // waitForRedis returns once Redis answers PING, logging each failed try with the wait
-// before the next (doubling up to redisWaitMax); it ends with ctx (SIGTERM while waiting).
-func waitForRedis(ctx context.Context, st *store.Store, log *slog.Logger) error {
+// before the next (doubling up to redisWaitMax) and telling starting (what /readyz
+// says) why; it ends with ctx (SIGTERM while waiting).
+func waitForRedis(ctx context.Context, st *store.Store, log *slog.Logger, starting func(reason string)) error {
 	wait := redisWaitFirst
 	for try := 1; ; try++ {
 		pctx, cancel := context.WithTimeout(ctx, redisPingLimit)
@@ -413,6 +451,7 @@ func waitForRedis(ctx context.Context, st *store.Store, log *slog.Logger) error 
 		// go-redis errors name the address, never the password of the URL.
 		log.Warn("redis does not answer; waiting before the next try", "component", "store",
 			"try", try, "retry_in", wait.String(), "error", err.Error())
+		starting(fmt.Sprintf("waiting for Redis: it did not answer PING (try %d, next in %s): %v", try, wait, err))
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("redis never answered (%d tries): %w", try, err)

@@ -19,7 +19,8 @@ import (
 // (the AWS default credential chain, Google's Application Default Credentials) are
 // only looked up when a write needs them, so a relay without cloud credentials still
 // starts and shows "did not take the event" on those destinations' cards.
-func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) (map[destination.Connector]dispatch.Sink, func(), error) {
+// stsTracer, when set, gets a span for each STS setup.
+func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, stsTracer assume.Tracer) (map[destination.Connector]dispatch.Sink, func(), error) {
 	awsCfg, err := assume.OwnConfig(ctx, cfg.AWS.Region)
 	if err != nil {
 		return nil, nil, fmt.Errorf("aws: %w", err)
@@ -33,6 +34,7 @@ func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Register
 		Budget:       cfg.AWS.STSBudget,
 		Backoff:      cfg.AWS.SessionBackoff,
 		Metrics:      assume.NewMetrics(reg),
+		Tracer:       stsTracer,
 	})
 	ps := pubsub.New(ctx, pubsub.Options{
 		Identity: cfg.Identity,

@@ -21,15 +21,19 @@ func TestARelayStartedBeforeRedisWaitsAndServesOnceRedisComesUp(t *testing.T) {
 	bin := buildRelay(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
+	metrics := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
 	path := filepath.Join(t.TempDir(), "relay.yaml")
 	cfg := fmt.Sprintf(`
 rabbitmq: {url: %s, exchange: relay-test-start-%s, queue: relay-test-start-%s}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: %s, metrics_listen: 127.0.0.1:0}
+api:
+  listen: %s
+  metrics_listen: %s
+  tokens: [{token: tok_admin, scope: admin}]
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
-`, amqpURL, suffix, suffix, rd.URL(), listen)
+`, amqpURL, suffix, suffix, rd.URL(), listen, metrics)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +55,36 @@ accounts:
 		}
 	}
 
-	rd.Start(t)
+	// Waiting, it answers the probes: alive, not ready, and why; the API says it starts.
 	base := "http://" + listen
+	if a := httpDo(t, "GET", base+"/healthz", ""); a.status != 200 {
+		t.Errorf("/healthz while waiting for Redis = %d %s, want 200: the process lives", a.status, a.body)
+	}
+	ready := httpDo(t, "GET", base+"/readyz", "")
+	var body struct {
+		Ready  bool              `json:"ready"`
+		Checks map[string]string `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(ready.body), &body); err != nil || ready.status != 503 || body.Ready ||
+		!strings.Contains(body.Checks["startup"], "waiting for Redis") {
+		t.Errorf("/readyz while waiting for Redis = %d %s, want 503 with checks.startup saying it waits for Redis",
+			ready.status, ready.body)
+	}
+	if a := httpDo(t, "GET", base+"/v1/whoami", "tok_admin"); a.status != 503 || !strings.Contains(a.body, "UNAVAILABLE") {
+		t.Errorf("an API call while waiting for Redis = %d %s, want 503 UNAVAILABLE", a.status, a.body)
+	}
+
+	if a := httpDo(t, "GET", "http://"+metrics+"/metrics", ""); a.status != 200 || !strings.Contains(a.body, "relay_redis_up 0") {
+		t.Errorf("/metrics while waiting for Redis = %d, want 200 with relay_redis_up 0:\n%.2000s", a.status, a.body)
+	}
+
+	rd.Start(t)
 	waitUntil(t, 60*time.Second, "/readyz 200 once Redis answers", func() bool {
 		return httpDo(t, "GET", base+"/readyz", "").status == 200
 	})
+	if a := httpDo(t, "GET", base+"/v1/whoami", "tok_admin"); a.status != 200 {
+		t.Errorf("an API call once Redis answers = %d %s, want 200", a.status, a.body)
+	}
 	if !strings.Contains(logs.String(), "redis answers; the relay starts") {
 		t.Errorf("no line says the relay went on once Redis answered:\n%s", logs)
 	}

@@ -52,6 +52,20 @@ func TestTraceContinuesTheProducersTraceparentFromConsumeToTheWrite(t *testing.T
 	if rcv.ServiceName(write) != "relay-test" {
 		t.Errorf("service.name %q, want tracing.service_name", rcv.ServiceName(write))
 	}
+	if res := rcv.Resource(write); res["service.version"] == "" || res["service.instance.id"] != "relay-test-pod-0" || res["k8s.pod.name"] != "relay-test-pod-0" {
+		t.Errorf("resource %v: want service.version and the pod's name (POD_NAME) as service.instance.id and k8s.pod.name", res)
+	}
+
+	// The STS setup that gave the write its session is a span of its own.
+	waitUntil(t, 60*time.Second, "the STS setup span", func() bool {
+		for _, s := range rcv.Spans() {
+			if s.GetName() == "relay sts setup eventbridge" && tracingtest.Attr(s, "relay.destination") == "orders-bus" &&
+				tracingtest.Attr(s, "relay.sts.stage") == "session" {
+				return true
+			}
+		}
+		return false
+	})
 
 	// An event without a traceparent starts a trace of its own, written in the same trace.
 	plain := jobevent.Job{ID: "0190f2a4-4444-7000-8000-000000000002", Status: "completed"}

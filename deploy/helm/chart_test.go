@@ -5,6 +5,7 @@ package helm
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -231,8 +232,11 @@ func TestChartProbeAndMetricsPathsAnswerOnTheRelay(t *testing.T) {
 // Deployment gives the container: every env: reference has its secretKeyRef.
 func TestChartConfigPassesCheckConfigWithTheDeploymentsEnvironment(t *testing.T) {
 	relay := relayBinary(t)
-	for _, sets := range [][]string{nil, {"config.tracing.otlp_endpoint=http://otel-collector:4318"}} {
-		objs := render(t, sets...)
+	// An AWS destination needs its ExternalId kept: the chart's own Secret derives it.
+	awsDest := `config.destinations=[{"id":"orders-bus","account":"acct_123","connector":"eventbridge",` +
+		`"bus_arn":"arn:aws:events:us-east-1:111122223333:event-bus/orders","role_arn":"arn:aws:iam::111122223333:role/r"}]`
+	for _, sets := range [][]string{nil, {"--set", "config.tracing.otlp_endpoint=http://otel-collector:4318"}, {"--set-json", awsDest}} {
+		objs := renderFlags(t, sets...)
 		dir := t.TempDir()
 		cfg := filepath.Join(dir, "relay.yaml")
 		if err := os.WriteFile(cfg, []byte(objs["ConfigMap"].get("data", "relay.yaml").(string)), 0o600); err != nil {
@@ -247,9 +251,18 @@ func TestChartConfigPassesCheckConfigWithTheDeploymentsEnvironment(t *testing.T)
 			"RELAY_ADMIN_TOKEN":         "admin-token-0123456789abcdef",
 		}
 		for _, e := range c["env"].([]any) {
-			name := e.(map[string]any)["name"].(string)
-			if v, plain := e.(map[string]any)["value"].(string); plain { // GOMEMLIMIT
+			entry := manifest(e.(map[string]any))
+			name := entry["name"].(string)
+			if v, plain := entry["value"].(string); plain { // GOMEMLIMIT
 				env = append(env, name+"="+v)
+				continue
+			}
+			if entry.get("valueFrom", "fieldRef", "fieldPath") == "metadata.name" { // POD_NAME
+				env = append(env, name+"=relay-7d9f8c6b5-x2x4q")
+				continue
+			}
+			if ref := entry.get("valueFrom", "secretKeyRef", "name"); ref == "relay-external-id" { // the chart's own
+				env = append(env, name+"="+secretValue(t, objs["Secret/relay-external-id"], entry.get("valueFrom", "secretKeyRef", "key").(string)))
 				continue
 			}
 			v, ok := samples[name]
@@ -263,6 +276,63 @@ func TestChartConfigPassesCheckConfigWithTheDeploymentsEnvironment(t *testing.T)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("the chart's config (%v) fails check-config: %v\n%s", sets, err, out)
 		}
+	}
+}
+
+// secretValue is key's value in a rendered Secret, decoded.
+func secretValue(t *testing.T, secret manifest, key string) string {
+	t.Helper()
+	enc, _ := secret.get("data", key).(string)
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if secret == nil || err != nil {
+		t.Fatalf("Secret data %s: %q (%v)", key, enc, err)
+	}
+	return string(b)
+}
+
+// The ExternalId promise held by the chart: a Secret it creates with a random value,
+// kept by helm uninstall, read by the pods as the config's external_id_secret; it reuses
+// the cluster's copy on upgrade (lookup: not reachable from helm template, which has no
+// cluster). Off, the config's env:RELAY_EXTERNAL_ID_SECRET needs a Secret of the
+// operator's, and the chart says so.
+func TestChartCreatesTheExternalIDSecretOnceAndKeepsIt(t *testing.T) {
+	objs := render(t)
+	secret := objs["Secret/relay-external-id"]
+	if secret == nil {
+		t.Fatal("no Secret relay-external-id rendered")
+	}
+	if got := secret.get("metadata", "annotations", "helm.sh/resource-policy"); got != "keep" {
+		t.Errorf("the Secret's helm.sh/resource-policy is %v, want keep: helm uninstall would delete the ids' secret", got)
+	}
+	if v := secretValue(t, secret, "RELAY_EXTERNAL_ID_SECRET"); len(v) != 64 {
+		t.Errorf("the ExternalId secret is %d characters, want 64 random ones", len(v))
+	}
+	if again := secretValue(t, render(t)["Secret/relay-external-id"], "RELAY_EXTERNAL_ID_SECRET"); again == secretValue(t, secret, "RELAY_EXTERNAL_ID_SECRET") {
+		t.Error("two renders without a cluster made the same value: it is not random")
+	}
+	if got := relayConfig(t, objs).get("identity", "external_id_secret"); got != "env:RELAY_EXTERNAL_ID_SECRET" {
+		t.Errorf("config.identity.external_id_secret = %v, want env:RELAY_EXTERNAL_ID_SECRET", got)
+	}
+	ref := namedPort(container(objs)["env"], "RELAY_EXTERNAL_ID_SECRET")
+	if ref.get("valueFrom", "secretKeyRef", "name") != "relay-external-id" || ref.get("valueFrom", "secretKeyRef", "key") != "RELAY_EXTERNAL_ID_SECRET" {
+		t.Errorf("the pod's RELAY_EXTERNAL_ID_SECRET comes from %v, want the chart's Secret", ref)
+	}
+	tpl, err := os.ReadFile("relay/templates/externalid-secret.yaml")
+	if err != nil || !strings.Contains(string(tpl), `lookup "v1" "Secret" .Release.Namespace $name`) {
+		t.Errorf("the Secret's template does not reuse the cluster's copy (lookup): %v", err)
+	}
+
+	own := renderFlags(t, "--set", "externalIdSecret.create=false", "--set-json",
+		`extraEnv=[{"name":"RELAY_EXTERNAL_ID_SECRET","valueFrom":{"secretKeyRef":{"name":"ours","key":"ext"}}}]`)
+	if own["Secret/relay-external-id"] != nil {
+		t.Error("externalIdSecret.create=false still renders the Secret")
+	}
+	if got := namedPort(container(own)["env"], "RELAY_EXTERNAL_ID_SECRET").get("valueFrom", "secretKeyRef", "name"); got != "ours" {
+		t.Errorf("with the operator's Secret, RELAY_EXTERNAL_ID_SECRET comes from %v, want ours", got)
+	}
+	out, err := helm(t, "template", "relay", "relay", "--set", "externalIdSecret.create=false")
+	if err == nil || !strings.Contains(out, "config.identity.external_id_secret is env:RELAY_EXTERNAL_ID_SECRET") || !strings.Contains(out, "secretEnv") {
+		t.Errorf("create=false without a Secret for RELAY_EXTERNAL_ID_SECRET rendered: %v\n%s", err, out)
 	}
 }
 

@@ -72,6 +72,7 @@ type Server struct {
 	log      *slog.Logger
 	tokens   *tokens
 	accounts atomic.Pointer[map[string]bool] // the configured accounts
+	starting atomic.Pointer[string]          // why the replica does not serve yet (Starting); nil once Started
 	limits   atomic.Pointer[config.API]      // subscription caps and action rates; Reload replaces them
 	mux      *http.ServeMux
 
@@ -114,7 +115,9 @@ func New(opts Options) *Server {
 
 // Handler is the API's HTTP handler, with its body bound and its Host checked. It does
 // not serve /metrics: MetricsHandler does, on the operator listener.
-func (s *Server) Handler() http.Handler { return s.checkHost(s.limitRequests(s.mux), false) }
+func (s *Server) Handler() http.Handler {
+	return s.checkHost(s.limitRequests(s.startingGate(s.mux)), false)
+}
 
 // MetricsHandler serves the operator listener (api.metrics_listen): GET /metrics, which
 // names every account and destination and takes no token (so the listener must be

@@ -22,6 +22,9 @@ const (
 	// subscriptions, too many tests. With Retry-After when waiting is the answer.
 	CodeResourceExhausted = "RESOURCE_EXHAUSTED" // 429
 	CodeInternal          = "INTERNAL"           // 500: not in the contract; our fault, logged
+	// CodeUnavailable: the relay is starting (serve waiting for Redis); try again.
+	// Added by us to the contract's codes.
+	CodeUnavailable = "UNAVAILABLE" // 503
 )
 
 // apiError is an answer {"error":{"code","message"}} with its status. retryAfter, when
@@ -56,6 +59,9 @@ func errConflict(msg string) *apiError {
 }
 func errInternal() *apiError {
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "the relay could not answer; see its logs"}
+}
+func errUnavailable(msg string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, message: msg}
 }
 func errExhausted(msg string, retryAfter time.Duration) *apiError {
 	return &apiError{http.StatusTooManyRequests, CodeResourceExhausted, msg, retryAfter}

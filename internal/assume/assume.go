@@ -43,6 +43,14 @@ type Options struct {
 	// (aws.session_backoff); zero: 1 s doubling up to 2 min.
 	Backoff config.Backoff
 	Metrics *Metrics // nil: counted, not registered
+	// Tracer, when set, gets a span for each STS setup (probe and session).
+	Tracer Tracer
+}
+
+// Tracer starts the span of one STS setup (internal/tracing implements it); end takes
+// the stage it ended at ("probe" or "session") and that stage's error (nil: issued).
+type Tracer interface {
+	StartSetup(d destination.Destination, probe bool) (end func(stage string, err error))
 }
 
 // Assumer hands out each destination's session credentials, probing before each new one.
@@ -159,17 +167,23 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 				"budget fastest (each refused write asks for a new session), so check the card's last rejection",
 			wait.Round(time.Second), b.PerDestination.Count, b.PerDestination.Per, b.PerAccount.Count, b.PerAccount.Per), wait, nil)
 	}
+	end := func(string, error) {}
+	if a.o.Tracer != nil {
+		end = a.o.Tracer.StartSetup(d, probe)
+	}
 	if probe {
 		c.probedUntil = time.Time{}
 		err := a.probe(ctx, d)
 		a.o.Metrics.count("probe", err)
 		if err != nil {
+			end("probe", err)
 			return aws.Credentials{}, err
 		}
 		c.probedUntil = now.Add(SessionDuration - a.o.RenewBefore)
 	}
 	creds, err := a.session(ctx, d)
 	a.o.Metrics.count("session", err)
+	end("session", err)
 	if err != nil {
 		// The probe stands only beside a session it let through: the next try probes
 		// again, so a destination STS never let in never skips the probe.

@@ -139,6 +139,9 @@ func TestRoleThatRefusesUsIsRejectedNamingWhatToCheck(t *testing.T) {
 			register(sts)
 			_, err := newAssumer(t, sts.URL, nil).Credentials(ctx(t), busDest())
 			wantClass(t, err, failures.Rejected, role, "AccessDenied", "trust policy", principal, "sts:ExternalId", extID)
+			if got := failures.Reason(err); got != "" {
+				t.Errorf("a role that refuses us has the security reason %q: it lets no one in", got)
+			}
 		})
 	}
 }
@@ -412,6 +415,9 @@ func TestTrustPolicyThatCanTellTheProbeApartIsRefused(t *testing.T) {
 			}
 			_, err := newAssumer(t, sts.URL, nil).Credentials(ctx(t), d)
 			wantClass(t, err, failures.Rejected, role, "let the relay in with a wrong ExternalId", "StringEquals", d.ExternalID, "not StringLike")
+			if got := failures.Reason(err); got != failures.ReasonExternalIDNotEnforced {
+				t.Errorf("the refusal's reason is %q, want %q: the card and the metric tell a security refusal by it", got, failures.ReasonExternalIDNotEnforced)
+			}
 			for _, r := range sts.Requests() {
 				if r.ExternalID == d.ExternalID {
 					t.Fatalf("the role was assumed with the real ExternalId after the probe got in: %+v", r)

@@ -39,7 +39,7 @@ func (a *Assumer) probe(ctx context.Context, d destination.Destination) error {
 	}, oneAttempt)
 	if err == nil {
 		// Credentials handed out for a wrong ExternalId are dropped here, never used.
-		return failures.NewRejected(fmt.Sprintf(
+		return failures.NewRejectedFor(failures.ReasonExternalIDNotEnforced, fmt.Sprintf(
 			"role %s let the relay in with a wrong ExternalId: its trust policy does not require this destination's ExternalId, "+
 				"so another AWS customer of ours could name the role and write here as us — add Condition StringEquals "+
 				"sts:ExternalId = %q to the role's trust policy (exactly this id: not StringLike, not a wildcard); "+

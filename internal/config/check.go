@@ -128,6 +128,37 @@ func (c *Config) ExternalIDProblems(issued map[string]string) Problems {
 	return ps
 }
 
+// maxUnkeptNamed bounds the destinations UnkeptExternalIDs names one by one: past it,
+// one more problem counts the rest (the fix is the same one line for all).
+const maxUnkeptNamed = 20
+
+// UnkeptExternalIDs is the promise that an ExternalId never changes, held by default:
+// one problem per AWS destination that neither pins external_id nor has it derived from
+// identity.external_id_secret. Such an id would live only in Redis, and a Redis lost or
+// rebuilt empty would issue a new one that no customer's trust policy names. serve
+// refuses to start (and a reload is refused) on them, and check-config prints them;
+// config.Load does not, so relay external-ids still reads such a config to print the
+// pins. path is the config file, for the command the message names.
+func (c *Config) UnkeptExternalIDs(path string) Problems {
+	var ps Problems
+	unkept := 0
+	for i, d := range c.Destinations {
+		if !d.Connector.IsAWS() || d.ConfiguredExternalID() != "" {
+			continue
+		}
+		if unkept++; unkept <= maxUnkeptNamed {
+			ps = append(ps, Problem{index("destinations", i) + ".external_id", "is not pinned and identity.external_id_secret is not set: " +
+				"this ExternalId would live only in Redis, and a lost Redis would issue a new one the customer's trust policy does not name. " +
+				"Set identity.external_id_secret (openssl rand -hex 32, kept forever) to derive every id, or pin each one: " +
+				"relay external-ids --config " + path + " prints the external_id lines of the ids Redis already issued"})
+		}
+	}
+	if unkept > maxUnkeptNamed {
+		ps = append(ps, Problem{"destinations", fmt.Sprintf("%d more AWS destinations pin no external_id, with identity.external_id_secret not set (the same fix)", unkept-maxUnkeptNamed)})
+	}
+	return ps
+}
+
 func (p *parser) checkIdentity(c *Config) {
 	var anyAWS, anyPubSub bool
 	for _, d := range c.Destinations {

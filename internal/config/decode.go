@@ -298,6 +298,20 @@ func (w *walker) integer64(n *yaml.Node, path string, out *int64) {
 	*out = v
 }
 
+// ratio reads a number (0.25, 1); its range is the caller's to check.
+func (w *walker) ratio(n *yaml.Node, path string, out **float64) {
+	n = w.resolve(n, path)
+	if n == nil {
+		return
+	}
+	var v float64
+	if n.Kind != yaml.ScalarNode || n.Decode(&v) != nil {
+		w.unreadable(path, "must be a number, like 0.1")
+		return
+	}
+	*out = &v
+}
+
 // rate reads {count: N, per: DURATION}.
 func (w *walker) rate(n *yaml.Node, path string, out *Rate) {
 	w.object(n, path, fields{

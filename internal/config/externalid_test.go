@@ -156,3 +156,36 @@ func TestAConfigThatWouldChangeAnIssuedExternalIDIsAProblem(t *testing.T) {
 		t.Errorf("a pin of another destination's id: %v", ps)
 	}
 }
+
+// An AWS destination with neither a pin nor the secret breaks the promise that its
+// ExternalId never changes: each is named by its path with the fix; past 20, one more
+// problem counts the rest. Pins, the secret and Pub/Sub pass.
+func TestUnkeptExternalIDsNameEachDestinationAndTheFix(t *testing.T) {
+	var dests strings.Builder
+	dests.WriteString(bus("kept", "acct_123", ", external_id: "+pinA) + topic)
+	for i := range 23 {
+		dests.WriteString(bus(fmt.Sprintf("loose-%02d", i), "acct_123", ""))
+	}
+	c, err := Parse([]byte(extDoc("", dests.String())), env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := c.UnkeptExternalIDs("/etc/relay/relay.yaml")
+	if len(ps) != 21 {
+		t.Fatalf("%d problems, want 20 named and one counting the rest:\n%v", len(ps), ps)
+	}
+	if ps[0].Path != "destinations[2].external_id" || !strings.Contains(ps[0].Message, "identity.external_id_secret") ||
+		!strings.Contains(ps[0].Message, "relay external-ids --config /etc/relay/relay.yaml") {
+		t.Errorf("first problem %v: want destinations[2] with both fixes", ps[0])
+	}
+	if last := ps[20]; last.Path != "destinations" || !strings.Contains(last.Message, "3 more") {
+		t.Errorf("last problem %v: want the 3 not named counted", last)
+	}
+	withSecret, err := Parse([]byte(extDoc("env:EXT", dests.String())), env(map[string]string{"EXT": extSecret}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := withSecret.UnkeptExternalIDs("relay.yaml"); len(ps) != 0 {
+		t.Errorf("with identity.external_id_secret: %v", ps)
+	}
+}

@@ -277,6 +277,7 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 			w.object(v, path, fields{
 				"otlp_endpoint": func(v *yaml.Node, path string) { w.str(v, path, &c.Tracing.OTLPEndpoint) },
 				"service_name":  func(v *yaml.Node, path string) { w.str(v, path, &c.Tracing.ServiceName) },
+				"sample_ratio":  func(v *yaml.Node, path string) { w.ratio(v, path, &c.Tracing.SampleRatio) },
 			})
 		},
 		"delivery": func(v *yaml.Node, path string) {

@@ -1,6 +1,9 @@
 package config
 
-import "net/url"
+import (
+	"math"
+	"net/url"
+)
 
 // Tracing turns on OpenTelemetry traces, exported over OTLP/HTTP. The zero value is off.
 type Tracing struct {
@@ -8,6 +11,17 @@ type Tracing struct {
 	// relay posts to <endpoint>/v1/traces. Empty: no traces.
 	OTLPEndpoint string
 	ServiceName  string // service.name on every span; default "relay"
+	// SampleRatio is the share of traces the relay starts that are sampled (0 to 1;
+	// nil: 1, all). Parent-based: a producer's trace follows the producer's decision.
+	SampleRatio *float64
+}
+
+// SampleRatioOrDefault is tracing.sample_ratio, 1 when unset.
+func (t Tracing) SampleRatioOrDefault() float64 {
+	if t.SampleRatio == nil {
+		return 1
+	}
+	return *t.SampleRatio
 }
 
 // Enabled reports whether traces are exported.
@@ -22,6 +36,9 @@ func (t Tracing) ServiceNameOrDefault() string {
 }
 
 func (p *parser) checkTracing(t *Tracing) {
+	if r := t.SampleRatio; r != nil && (math.IsNaN(*r) || *r < 0 || *r > 1) {
+		p.add("tracing.sample_ratio", "must be between 0 and 1 (0.1 samples one trace in ten the relay starts; a producer's sampled trace is always followed)")
+	}
 	if t.OTLPEndpoint == "" {
 		return
 	}

@@ -45,3 +45,29 @@ func TestTracingEndpointProblemsAreReportedAtTheirPath(t *testing.T) {
 		t.Errorf("misspelt key: %v", err)
 	}
 }
+
+// tracing.sample_ratio: 1 unless set, any share from 0 to 1, and a problem at its path
+// outside that or when it is no number.
+func TestTracingSampleRatioIsOneUnlessSetAndBetweenZeroAndOne(t *testing.T) {
+	parse := func(tracing string) (*Config, error) {
+		return Parse([]byte(doc(map[string]string{"extra": "tracing: " + tracing})), env(nil), nil)
+	}
+	for tracing, want := range map[string]float64{
+		`{otlp_endpoint: "http://c:4318"}`:                    1,
+		`{otlp_endpoint: "http://c:4318", sample_ratio: 0.1}`: 0.1,
+		`{otlp_endpoint: "http://c:4318", sample_ratio: 0}`:   0,
+		`{otlp_endpoint: "http://c:4318", sample_ratio: 1}`:   1,
+	} {
+		c, err := parse(tracing)
+		if err != nil || c.Tracing.SampleRatioOrDefault() != want {
+			t.Errorf("%s: ratio %v (%v), want %v", tracing, c.Tracing.SampleRatioOrDefault(), err, want)
+		}
+	}
+	for _, bad := range []string{"1.5", "-0.1", ".nan", "all"} {
+		_, err := parse(`{otlp_endpoint: "http://c:4318", sample_ratio: ` + bad + `}`)
+		var problems Problems
+		if !errors.As(err, &problems) || len(problems) != 1 || problems[0].Path != "tracing.sample_ratio" {
+			t.Errorf("sample_ratio %s: %v; want one problem at tracing.sample_ratio", bad, err)
+		}
+	}
+}

@@ -264,16 +264,39 @@ func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destinatio
 	dest.ExternalID = st.ExternalID
 	checkCtx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
-	check := failures.Classify(c.Check(checkCtx, dest))
-	if _, err := d.opts.Store.Emit(ctx, ref(dest), "destination.checked", map[string]any{
-		"destination": dest.ID, "class": string(check.Class), "message": check.Message, "setup": true,
-	}, d.opts.Delivery.ChannelRetention); err != nil {
+	checkErr := c.Check(checkCtx, dest)
+	check, reason := failures.Classify(checkErr), failures.Reason(checkErr)
+	if check.Class == failures.Rejected {
+		d.setupRefused(ctx, dest, reason) // before the event, whose card state then says it
+	}
+	event := map[string]any{"destination": dest.ID, "class": string(check.Class), "message": check.Message, "setup": true}
+	if reason != "" {
+		event["reason"], event["security"] = reason, true
+	}
+	if _, err := d.opts.Store.Emit(ctx, ref(dest), "destination.checked", event, d.opts.Delivery.ChannelRetention); err != nil {
 		d.opts.Logger.Warn("destination.checked not recorded", "destination", dest.ID, "error", err)
 	}
 	if check.Class == failures.Delivered {
 		return true, ""
 	}
 	return false, check.Message
+}
+
+// setupRefused records a definite refusal of dest's setup: its reason for the card
+// (store.SetupRefusal: the pending check the caller stores next carries it) and the
+// count by reason. A security reason is also logged as a warning: it is a customer's
+// role that would let others in, which the relay refuses to use.
+func (d *Dispatcher) setupRefused(ctx context.Context, dest destination.Destination, reason string) {
+	if err := d.opts.Store.SetupRefusal(ctx, ref(dest), reason); err != nil {
+		d.opts.Logger.Warn("setup refusal not recorded", "destination", dest.ID, "error", err)
+	}
+	if reason == "" {
+		d.opts.Metrics.SetupRefused.WithLabelValues(setupIncomplete).Inc()
+		return
+	}
+	d.opts.Metrics.SetupRefused.WithLabelValues(reason).Inc()
+	d.opts.Logger.Warn("setup refused for a security reason; the destination stays pending", "destination", dest.ID,
+		"account", dest.Account, "reason", reason)
 }
 
 // checker is a Sink that can check its destination's setup on demand: the AWS sinks
@@ -287,12 +310,13 @@ type checker interface {
 // same step, so the platform's mailer can tell the customer. Here it is logged, and the
 // outbox's drainer nudged to publish it now. Nothing here waits on the broker.
 func (d *Dispatcher) announceDisabled(ctx context.Context, dest destination.Destination) {
-	reason := ""
+	reason, by := "", store.DisabledByOperator
 	if st, err := d.opts.Store.LoadState(ctx, ref(dest)); err == nil && st.Disabled != nil {
-		reason = st.Disabled.Reason
+		reason, by = st.Disabled.Reason, st.Disabled.By
 	}
+	d.opts.Metrics.Disabled.WithLabelValues(by).Inc()
 	d.opts.Logger.Warn("destination disabled; destination.disabled is in the outbox", "destination", dest.ID,
-		"account", dest.Account, "reason", reason)
+		"account", dest.Account, "reason", reason, "by", by)
 	if d.opts.Outbox != nil {
 		d.opts.Outbox.Nudge()
 	}

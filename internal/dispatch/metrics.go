@@ -7,6 +7,7 @@ import (
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store"
 )
 
 // Metrics count deliveries and leases.
@@ -15,7 +16,20 @@ type Metrics struct {
 	Latency    *prometheus.HistogramVec // arrival in Redis to the bus's answer, delivered only
 	SendTime   *prometheus.HistogramVec // one write's round trip
 	Leases     prometheus.Gauge
+	// SetupRefused counts setup checks that refused a pending destination, by reason:
+	// failures.ReasonExternalIDNotEnforced, or "setup_incomplete" for a step missing.
+	SetupRefused *prometheus.CounterVec
+	// Disabled counts destinations disabled, by who: store.DisabledByRejections or
+	// store.DisabledByOperator (the card's disabled.by).
+	Disabled *prometheus.CounterVec
 }
+
+// setupReasons are SetupRefused's reasons, each at 0 from the start.
+var setupReasons = []string{failures.ReasonExternalIDNotEnforced, setupIncomplete}
+
+// setupIncomplete is SetupRefused's reason for a refusal that is a setup step missing
+// (a role that does not trust us, a missing label): no security reason.
+const setupIncomplete = "setup_incomplete"
 
 // NewMetrics creates the dispatch metrics and registers them on reg (nil: not registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -34,9 +48,32 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Leases: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "relay_leases_held", Help: "Destination leases this replica holds.",
 		}),
+		SetupRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_setup_refused_total",
+			Help: "Setup checks that refused a pending destination, by reason: external_id_not_enforced (its role lets a wrong ExternalId in) or setup_incomplete.",
+		}, []string{"reason"}),
+	}
+	m.Disabled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relay_destinations_disabled_total",
+		Help: "Destinations this replica disabled, by who: rejections (disable_after rejected writes in a row) or operator (an admin's disable, its cascade included).",
+	}, []string{"by"})
+	// Every connector's series at 0 from the start, so an alert on a rate sees the
+	// first attempts (a series born at 1 shows no increase).
+	for _, c := range []destination.Connector{destination.EventBridge, destination.Kinesis, destination.PubSub} {
+		for _, o := range []failures.Class{failures.Delivered, failures.NotTaken, failures.Rejected} {
+			m.Deliveries.WithLabelValues(string(c), string(o))
+		}
+		m.Latency.WithLabelValues(string(c))
+		m.SendTime.WithLabelValues(string(c))
+	}
+	for _, r := range setupReasons {
+		m.SetupRefused.WithLabelValues(r)
+	}
+	for _, by := range []string{store.DisabledByRejections, store.DisabledByOperator} {
+		m.Disabled.WithLabelValues(by)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Deliveries, m.Latency, m.SendTime, m.Leases)
+		reg.MustRegister(m.Deliveries, m.Latency, m.SendTime, m.Leases, m.SetupRefused, m.Disabled)
 	}
 	return m
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/awstest"
@@ -99,5 +100,84 @@ func TestPendingDestinationIsCheckedLessOftenWhileItFails(t *testing.T) {
 	gap := st.Pending.NextCheck.Sub(st.Pending.At)
 	if gap < 160*time.Millisecond {
 		t.Errorf("the fifth check was followed by a wait of %s; want it doubled to at least 160ms", gap)
+	}
+}
+
+// TestPendingDestinationWhoseRoleLetsAWrongExternalIDInIsMarkedRefusedForSecurity: the
+// customer's trust policy matches relay-* instead of the card's ExternalId, so the probe
+// with a wrong one is let in. The destination stays pending and nothing is written, but
+// the card's pending says security and the reason's code (a status-only view must not
+// show it as "being set up"), and relay_setup_refused_total counts it. Once the policy
+// names the exact id the destination goes active and the mark is gone.
+func TestPendingDestinationWhoseRoleLetsAWrongExternalIDInIsMarkedRefusedForSecurity(t *testing.T) {
+	sts := awstest.NewSTS(t)
+	eb := awstest.NewEventBridge(t)
+	eb.RequireSessionFrom(sts)
+	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
+	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
+	sink := eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL})
+
+	dest := bus("orders", "111122223333")
+	dest.PinnedExternalID = "relay-0123456789abcdef0123456789abcdef"
+	if err := sts.SetTrustPolicy(dest.RoleARN, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"`+
+		awstest.CallerARN+`"},"Action":"sts:AssumeRole","Condition":{"StringLike":{"sts:ExternalId":"relay-*"}}}]}`); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, newTestSink(nil), dest)
+	r.d.opts.Sinks[destination.EventBridge] = sink
+	r.start()
+	r.publish("job.completed")
+	waitFor(t, "the card's pending marked as a security refusal", func() bool {
+		p := r.state("orders").Pending
+		return p != nil && p.Security
+	})
+	st := r.state("orders")
+	if st.Status != store.Pending || st.Pending.Reason != failures.ReasonExternalIDNotEnforced ||
+		!strings.Contains(st.Pending.Message, "let the relay in with a wrong ExternalId") || len(eb.Entries()) != 0 {
+		t.Fatalf("status %s, pending %+v, %d written: want pending, reason %s with the sentence, nothing written",
+			st.Status, st.Pending, len(eb.Entries()), failures.ReasonExternalIDNotEnforced)
+	}
+	if n := testutil.ToFloat64(r.d.opts.Metrics.SetupRefused.WithLabelValues(failures.ReasonExternalIDNotEnforced)); n < 1 {
+		t.Errorf("relay_setup_refused_total{reason=external_id_not_enforced} = %v, want it counted", n)
+	}
+	if n := testutil.ToFloat64(r.d.opts.Metrics.SetupRefused.WithLabelValues("setup_incomplete")); n != 0 {
+		t.Errorf("relay_setup_refused_total{reason=setup_incomplete} = %v, want 0: this refusal is for security", n)
+	}
+	// A follower reading the channel sees it too: the next check's event names the reason
+	// and carries the marked card state.
+	var seen, inState bool
+	waitFor(t, "a destination.checked event with the reason and the marked card state", func() bool {
+		page, err := r.store.ReadChannel(t.Context(), acct, store.DestinationChannel("orders"), 0, 100000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range page.Events {
+			if ev.Type != "destination.checked" {
+				continue
+			}
+			var data struct {
+				Reason string `json:"reason"`
+				State  struct {
+					Pending *store.PendingCheck `json:"pending"`
+				} `json:"state"`
+			}
+			if err := json.Unmarshal(ev.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			seen = seen || data.Reason == failures.ReasonExternalIDNotEnforced
+			inState = inState || (data.State.Pending != nil && data.State.Pending.Security)
+		}
+		return seen && inState
+	})
+
+	// The customer names the exact ExternalId: the next check passes.
+	sts.RequireExternalID(dest.RoleARN, dest.PinnedExternalID)
+	waitFor(t, "the event on the bus", func() bool { return len(eb.Entries()) >= 1 })
+	if st := r.state("orders"); st.Status != store.Active || st.Pending != nil {
+		t.Fatalf("after the fix: %s, pending %+v; want active, no pending", st.Status, st.Pending)
+	}
+	h, err := r.store.Client().HGet(t.Context(), "relay:{"+acct+"}:dest:orders", "pending_reason").Result()
+	if err == nil {
+		t.Errorf("pending_reason %q left on an active destination", h)
 	}
 }

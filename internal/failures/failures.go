@@ -36,7 +36,15 @@ type Error struct {
 	// Wait, on a not-taken error, is the least time before another attempt can succeed
 	// (a spent STS budget, a session backoff): dispatch waits at least that long.
 	Wait time.Duration
+	// Reason, on a rejection, is the code of a security reason (ReasonExternalIDNotEnforced):
+	// not a setup step missing but a setup that would let others in. "" for none.
+	Reason string
 }
+
+// ReasonExternalIDNotEnforced: the role let the probe in with a wrong ExternalId, so
+// any AWS customer of ours could name it. The card marks it (pending.security) and
+// relay_setup_refused_total counts it by this code.
+const ReasonExternalIDNotEnforced = "external_id_not_enforced"
 
 func (e *Error) Error() string {
 	if e.Err != nil {
@@ -70,6 +78,20 @@ func Wait(err error) time.Duration {
 // NewRejected says the event was refused for a reason the customer must fix.
 func NewRejected(message string, err error) error {
 	return &Error{Class: Rejected, Message: message, Err: err}
+}
+
+// NewRejectedFor is NewRejected for a security reason (ReasonExternalIDNotEnforced).
+func NewRejectedFor(reason, message string, err error) error {
+	return &Error{Class: Rejected, Message: message, Err: err, Reason: reason}
+}
+
+// Reason is the security reason code of a rejection err's producer gave; "" for none.
+func Reason(err error) string {
+	var fe *Error
+	if errors.As(err, &fe) && fe.Class == Rejected {
+		return fe.Reason
+	}
+	return ""
 }
 
 // Classify turns any error from a write into exactly one outcome. nil is delivered.

@@ -1,6 +1,11 @@
 package ingest
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mercamap/relay/internal/cloudevent"
+	"github.com/mercamap/relay/internal/signature"
+)
 
 // Metrics counts what ingest did with each message.
 type Metrics struct {
@@ -29,6 +34,14 @@ type Metrics struct {
 	// another replica. With one queue neither moves.
 	PartitionsActive   prometheus.Gauge
 	PartitionHandovers prometheus.Counter
+}
+
+// quarantineReasons are the verification reasons a message is quarantined for (and
+// dead-lettered for, when its copy would not fit in a frame or was refused).
+var quarantineReasons = []string{
+	string(signature.MissingSignature), string(signature.UnknownVersion), string(signature.BadSignature),
+	string(signature.TooOld), string(signature.FromTheFuture),
+	string(cloudevent.NotACloudEvent), string(cloudevent.BodyNotJSON), TenantMismatch, EventIDMismatch,
 }
 
 // NewMetrics creates the ingest metrics and registers them on reg (nil: not registered).
@@ -76,6 +89,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PartitionHandovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_ingest_partition_handovers_total", Help: "Partitions this replica handed to another replica because it held more than its share.",
 		}),
+	}
+	// Every reason at 0 from the start: the first message of a reason is then an
+	// increase an alert sees (a series born at 1 shows no increase).
+	for _, r := range quarantineReasons {
+		m.Quarantined.WithLabelValues(r)
+		m.DeadLettered.WithLabelValues(r)
+	}
+	for _, r := range []string{HeadersTooLarge, HeadersTooDeep, HeadersTooMany, HeadersMalformed} {
+		m.DeadLettered.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.Consumed, m.Acked, m.Stored, m.Duplicates, m.Unrouted, m.Quarantined, m.DeadLettered, m.StoreErrors, m.ConnectionLosses,

@@ -22,7 +22,7 @@ import (
 // not lost with it (OTLP's protobuf refuses a batch holding one invalid string).
 func TestHostileCETypeOnACopyReachesTheSpanBoundedAndLosesNoSpan(t *testing.T) {
 	rcv := tracingtest.New(t)
-	tr, err := tracing.New(config.Tracing{OTLPEndpoint: rcv.URL}, "relay.job-events")
+	tr, err := tracing.New(config.Tracing{OTLPEndpoint: rcv.URL}, tracing.Options{Queue: "relay.job-events"})
 	if err != nil {
 		t.Fatal(err)
 	}

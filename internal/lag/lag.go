@@ -35,6 +35,7 @@ type Options struct {
 type Reading struct {
 	Destination destination.Destination
 	Status      string
+	DisabledBy  string // a disabled destination's disabled.by: operator or rejections
 	Failures    int
 	// Known is false when the positions cannot tell the backlog (store.LagReading.Known):
 	// the lag gauges are then left out, status and failures still shown.
@@ -79,7 +80,8 @@ func New(opts Options) *Sampler {
 		ageDesc: prometheus.NewDesc("relay_destination_oldest_undelivered_age_seconds",
 			"Age of the oldest event after the destination's cursor, since it was stored in Redis; 0 when nothing waits.", labels, nil),
 		statusDesc: prometheus.NewDesc("relay_destination_status",
-			"1 for the destination's current status (active, paused, disabled).", append(labels, "status"), nil),
+			"1 for the destination's current status (active, paused, disabled); by, for disabled, says who disabled it: rejections (disable_after rejected writes in a row) or operator (an admin's disable).",
+			append(labels, "status", "by"), nil),
 		failDesc: prometheus.NewDesc("relay_destination_consecutive_failures",
 			"Rejected writes in a row (the card's consecutive_failures).", labels, nil),
 		atDesc: prometheus.NewDesc("relay_lag_sample_timestamp_seconds",
@@ -140,7 +142,8 @@ func (s *Sampler) Sample(ctx context.Context) error {
 			if !r.Found {
 				continue
 			}
-			rd := Reading{Destination: byAcct[a][j], Status: r.Status, Failures: r.ConsecutiveFailures, Known: r.Known, Events: r.Events}
+			rd := Reading{Destination: byAcct[a][j], Status: r.Status, DisabledBy: r.DisabledBy, Failures: r.ConsecutiveFailures,
+				Known: r.Known, Events: r.Events}
 			if r.Next != "" {
 				rd.Oldest = store.IDTime(r.Next)
 			}
@@ -213,7 +216,13 @@ func (s *Sampler) Collect(ch chan<- prometheus.Metric) {
 		if status == "" {
 			status = store.Active
 		}
-		ch <- prometheus.MustNewConstMetric(s.statusDesc, prometheus.GaugeValue, 1, append(lv, status)...)
+		by := "" // no label but for a disabled destination
+		if status == store.Disabled {
+			if by = r.DisabledBy; by == "" {
+				by = store.DisabledByOperator
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(s.statusDesc, prometheus.GaugeValue, 1, append(lv, status, by)...)
 	}
 	ch <- prometheus.MustNewConstMetric(s.atDesc, prometheus.GaugeValue, float64(sampled.UnixMilli())/1000)
 	ch <- prometheus.MustNewConstMetric(s.tookDesc, prometheus.GaugeValue, took.Seconds())

@@ -204,3 +204,45 @@ relay_destination_lag_events{account="acct_lag",connector="eventbridge",destinat
 		t.Fatalf("relay_destination_status: %d series, want one per destination", n)
 	}
 }
+
+// rejectingSink rejects every write to the destinations it names and takes the others.
+type rejectingSink struct{ reject map[string]bool }
+
+func (s rejectingSink) Send(_ context.Context, d destination.Destination, _ destination.Message) error {
+	if s.reject[d.ID] {
+		return failures.NewRejected("the bus refuses the write", nil)
+	}
+	return nil
+}
+
+// An operator's deliberate disable and one by rejections are told apart on /metrics:
+// relay_destination_status{status="disabled"} carries by="operator" or by="rejections"
+// (the card's disabled.by), so the alert that pages can be the rejections' alone; the
+// others carry no by.
+func TestStatusGaugeSaysWhoDisabledTheDestination(t *testing.T) {
+	// Its own AWS account: an operator's disable takes the account's others with it.
+	off := bus("switched-off")
+	off.BusARN, off.RoleARN = "arn:aws:events:us-east-1:444455556666:event-bus/off", "arn:aws:iam::444455556666:role/relay"
+	r := newRig(t, rejectingSink{reject: map[string]bool{"rejected": true}}, bus("rejected"), off, bus("fine"))
+	if _, err := r.disp.Disable(context.Background(), "switched-off", "the customer asked us to stop"); err != nil {
+		t.Fatal(err)
+	}
+	r.publish(20) // disable_after: 20 rejections in a row
+	waitFor(t, "the rejections' disable", func() bool {
+		st, err := r.store.LoadState(context.Background(), store.Ref{Account: acct, ID: "rejected"})
+		return err == nil && st.Status == store.Disabled
+	})
+	if err := r.s.Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP relay_destination_status 1 for the destination's current status (active, paused, disabled); by, for disabled, says who disabled it: rejections (disable_after rejected writes in a row) or operator (an admin's disable).
+# TYPE relay_destination_status gauge
+relay_destination_status{account="acct_lag",by="",connector="eventbridge",destination="fine",status="active"} 1
+relay_destination_status{account="acct_lag",by="operator",connector="eventbridge",destination="switched-off",status="disabled"} 1
+relay_destination_status{account="acct_lag",by="rejections",connector="eventbridge",destination="rejected",status="disabled"} 1
+`
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "relay_destination_status"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -23,10 +23,13 @@ type LagReading struct {
 	Known  bool
 	Next   string // log id of the oldest entry after the cursor; "" when none
 	Events int64  // entries of the log after the cursor (before the event filter)
+	// DisabledBy, for a disabled destination, is who disabled it: DisabledByOperator or
+	// DisabledByRejections (as the card's disabled.by); "" otherwise.
+	DisabledBy string
 }
 
 // lagScript reads, for each destination of one account (KEYS[4..]), its cursor, status
-// and failures, and from the ordinal index (see gateSource) the first index entry after
+// and failures (and, when disabled, who disabled it: disabled_by), and from the ordinal index (see gateSource) the first index entry after
 // the cursor: its id is the oldest undelivered entry (the millisecond part: when Redis
 // stored it) and its ordinal k puts the backlog at head − k + 1, head being the
 // position hash's n, clamped to the log's length. KEYS[1..3] are the log, the position
@@ -45,15 +48,17 @@ end
 local out = {}
 for i = 4, #KEYS do
   local h = redis.call('HMGET', KEYS[i], 'cursor', 'status', 'consecutive_failures')
+  local by = ''
+  if h[2] == 'disabled' then by = disabled_by(KEYS[i]) end
   if not h[1] then
     out[#out + 1] = {}
   elseif first and (first == '+' or id_after(first, h[1])) then
     -- Entries older than the index may wait after the cursor: not to be counted.
-    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 0, '', 0}
+    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 0, '', 0, by}
   else
     local nxt, n = redis.call('XRANGE', KEYS[3], '(' .. h[1], '+', 'COUNT', 1)[1], 0
     if nxt then n = math.max(math.min(head - tonumber(nxt[2][2]) + 1, len), 1) end
-    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 1, nxt and nxt[1] or '', n}
+    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 1, nxt and nxt[1] or '', n, by}
   end
 end
 return out
@@ -98,8 +103,12 @@ func (c LagCmd) Result() ([]LagReading, error) {
 			out = append(out, LagReading{})
 			continue
 		}
-		out = append(out, LagReading{Found: true, Cursor: toStr(f[0]), Status: toStr(f[1]),
-			ConsecutiveFailures: int(toInt(f[2])), Known: toInt(f[3]) == 1, Next: toStr(f[4]), Events: toInt(f[5])})
+		rd := LagReading{Found: true, Cursor: toStr(f[0]), Status: toStr(f[1]),
+			ConsecutiveFailures: int(toInt(f[2])), Known: toInt(f[3]) == 1, Next: toStr(f[4]), Events: toInt(f[5])}
+		if len(f) > 6 {
+			rd.DisabledBy = toStr(f[6])
+		}
+		out = append(out, rd)
 	}
 	return out, nil
 }

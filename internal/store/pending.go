@@ -14,6 +14,12 @@ type PendingCheck struct {
 	At        time.Time `json:"at"`
 	Message   string    `json:"message"`
 	NextCheck time.Time `json:"next_check"`
+	// Security is true when the check refused the destination for a security reason,
+	// not a setup step missing (the role lets a wrong ExternalId in): a status-only view
+	// shows it as refused, not "being set up". Reason is that reason's code
+	// (failures.ReasonExternalIDNotEnforced); omitted when there is none.
+	Security bool   `json:"security"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 var setupCheckedScript = redis.NewScript(luaPrelude + `
@@ -22,17 +28,49 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
 if status ~= 'pending' then return status end
 if not passed then
+  -- A security refusal the check recorded (SetupRefusal) marks the card's pending.
+  local reason = redis.call('HGET', KEYS[1], 'pending_reason')
+  if reason and reason ~= '' then
+    local c = cjson.decode(check)
+    c.security, c.reason = true, reason
+    check = cjson.encode(c)
+  end
   redis.call('HSET', KEYS[1], 'pending', check)
   return status
 end
 -- The cursor stays at the point the destination was added: what arrived since is sent.
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'status', 'active', 'consecutive_failures', 0)
-redis.call('HDEL', KEYS[1], 'pending')
+redis.call('HDEL', KEYS[1], 'pending', 'pending_reason')
 emit_both('destination.activated', now_ms, cutoff, {destination = dest_id, reason = 'the setup check passed'})
 control(KEYS[6], dest_id, 'setup', '')
 return 'active'
 `)
+
+var setupRefusalScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 0 end
+local reason = ARGV[1]
+if reason == '' then redis.call('HDEL', KEYS[1], 'pending_reason') else redis.call('HSET', KEYS[1], 'pending_reason', reason) end
+-- The card's last check says it at once, so the channel event that follows carries it.
+local raw = redis.call('HGET', KEYS[1], 'pending')
+if raw then
+  local c = cjson.decode(raw)
+  if reason == '' then c.security, c.reason = false, nil else c.security, c.reason = true, reason end
+  redis.call('HSET', KEYS[1], 'pending', cjson.encode(c))
+end
+return 1
+`)
+
+// SetupRefusal records why a pending destination's setup check refused it, before
+// SetupChecked stores the check: reason is a security reason's code
+// (failures.ReasonExternalIDNotEnforced), which SetupChecked then puts in the card's
+// pending (security true), or "" for a refusal that is a setup step missing. The card's
+// pending already stored is marked (or unmarked) at once. Only a
+// definite refusal is recorded: a check that could not run leaves the last one. A
+// destination no longer pending is left as it is; one that passes its check drops it.
+func (s *Store) SetupRefusal(ctx context.Context, r Ref, reason string) error {
+	return setupRefusalScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID)}, reason).Err()
+}
 
 // SetupChecked records a pending destination's setup check. A check that passed makes
 // it active, its cursor still at the point it was added (the events that arrived

@@ -7,8 +7,10 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"unicode/utf8"
 
@@ -23,6 +25,7 @@ import (
 
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/failures"
 )
 
 // Tracer starts the relay's spans. A nil *Tracer is never handed to ingest or dispatch:
@@ -34,9 +37,20 @@ type Tracer struct {
 	queue    string
 }
 
+// Options say what the resource and the consume spans name.
+type Options struct {
+	Queue string // the relay's queue, named on consume spans
+	// Instance is service.instance.id: the pod's name (POD_NAME from the downward API,
+	// else HOSTNAME), so a trace says which replica did the work.
+	Instance string
+	// PodName, when set (POD_NAME), is also k8s.pod.name.
+	PodName string
+	// Version is service.version; "" reads the build's (the same as relay_build_info).
+	Version string
+}
+
 // New returns a Tracer exporting to cfg.OTLPEndpoint, or nil when tracing is off.
-// queue names the relay's queue on consume spans.
-func New(cfg config.Tracing, queue string) (*Tracer, error) {
+func New(cfg config.Tracing, o Options) (*Tracer, error) {
 	if !cfg.Enabled() {
 		return nil, nil
 	}
@@ -54,11 +68,30 @@ func New(cfg config.Tracing, queue string) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	res := resource.NewSchemaless(semconv.ServiceName(cfg.ServiceNameOrDefault()))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
-		// A producer that did not sample its trace is not sampled here either.
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
-	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/mercamap/relay"), queue: queue}, nil
+	if o.Version == "" {
+		o.Version = buildVersion()
+	}
+	attrs := []attribute.KeyValue{semconv.ServiceName(cfg.ServiceNameOrDefault()), semconv.ServiceVersion(o.Version)}
+	if o.Instance != "" {
+		attrs = append(attrs, semconv.ServiceInstanceID(o.Instance))
+	}
+	if o.PodName != "" {
+		attrs = append(attrs, semconv.K8SPodName(o.PodName))
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(resource.NewSchemaless(attrs...)),
+		// A trace the relay starts is sampled at tracing.sample_ratio; a producer's trace
+		// follows the producer's decision (sampled or not), so a trace is never cut in two.
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatioOrDefault()))))
+	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/mercamap/relay"), queue: o.Queue}, nil
+}
+
+// buildVersion is the main module's version as the build recorded it ("(devel)" for a
+// plain go build in a checkout without VCS stamping).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "unknown"
 }
 
 // Shutdown exports the spans still buffered and stops the exporter.
@@ -149,4 +182,42 @@ func (t *Tracer) StartWrite(traceparent string, dest destination.Destination, ev
 		}
 		span.End()
 	}
+}
+
+// StartSetup starts the span of one STS setup of an AWS destination: the probe with a
+// wrong ExternalId (when it runs) and the session with the right one. It is a trace of
+// its own (sampled at tracing.sample_ratio): a setup serves many writes. The returned
+// function ends it with the stage it ended at ("probe", "session") and that stage's
+// error (nil: the session was issued); the error's sentence is the card's.
+func (t *Tracer) StartSetup(dest destination.Destination, probe bool) func(stage string, err error) {
+	_, span := t.tracer.Start(context.Background(), "relay sts setup "+string(dest.Connector),
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("rpc.system", "aws-api"),
+			attribute.String("rpc.service", "STS"),
+			attribute.String("rpc.method", "AssumeRole"),
+			attribute.String("relay.destination", dest.ID),
+			attribute.String("relay.connector", string(dest.Connector)),
+			attribute.String("relay.account", dest.Account),
+			attribute.String("aws.iam.role_arn", dest.RoleARN),
+			attribute.Bool("relay.sts.probe", probe),
+		))
+	return func(stage string, err error) {
+		span.SetAttributes(attribute.String("relay.sts.stage", stage))
+		if err != nil {
+			span.SetStatus(codes.Error, unsigned(failureSentence(err)))
+		} else {
+			span.AddEvent("session issued")
+		}
+		span.End()
+	}
+}
+
+// failureSentence is err's sentence for the card when it has one, else its text.
+func failureSentence(err error) string {
+	var fe *failures.Error
+	if errors.As(err, &fe) {
+		return fe.Message
+	}
+	return err.Error()
 }

@@ -340,8 +340,12 @@ class CardView {
     const lag = this.extra.lag;
     d.lagEvents = lag ? String(lag.events) : '';
     const status = this.root.querySelector('.badge.status');
-    status.textContent = t('status_' + c.status);
+    // Pending for a security reason (the role lets a wrong ExternalId in) is refused,
+    // not "being set up": the badge says so.
+    const refused = c.status === 'pending' && !!(c.pending && c.pending.security);
+    status.textContent = t(refused ? 'status_refused' : 'status_' + c.status);
     status.dataset.status = c.status;
+    status.dataset.security = String(refused);
     const live = this.root.querySelector('.badge.live-state');
     live.textContent = t('live_' + (f.state || 'connecting'));
     live.dataset.state = f.state || 'connecting';
@@ -369,7 +373,7 @@ class CardView {
       : el('span', { class: 'last-delivery' }, t('never'))));
     rows.push(row(t('lag'), el('span', { class: 'lag' }, lagText(lag))));
     if (c.pending) {
-      rows.push(row(t('pendingCheck'), el('span', { class: 'pending-info' }, c.pending.message || '',
+      rows.push(row(t(c.pending.security ? 'pendingRefused' : 'pendingCheck'), el('span', { class: 'pending-info' }, c.pending.message || '',
         c.pending.next_check ? el('small', {}, ' · ', t('nextCheck'), ' ', formatTime(c.pending.next_check)) : null)));
     }
     if (c.disabled) {

@@ -22,15 +22,16 @@ import (
 type Collector struct {
 	URL string // the endpoint to give tracing.otlp_endpoint
 
-	mu    sync.Mutex
-	spans []*tracepb.Span
-	names map[string]string // service.name by span id (hex)
+	mu        sync.Mutex
+	spans     []*tracepb.Span
+	names     map[string]string            // service.name by span id (hex)
+	resources map[string]map[string]string // every string resource attribute by span id (hex)
 }
 
 // New starts a collector, closed when the test ends. An export it cannot decode is
 // answered 400, as a collector does.
 func New(t testing.TB) *Collector {
-	c := &Collector{names: map[string]string{}}
+	c := &Collector{names: map[string]string{}, resources: map[string]map[string]string{}}
 	srv := httptest.NewServer(http.HandlerFunc(c.export))
 	t.Cleanup(srv.Close)
 	c.URL = srv.URL
@@ -62,16 +63,15 @@ func (c *Collector) export(w http.ResponseWriter, req *http.Request) {
 	}
 	c.mu.Lock()
 	for _, rs := range export.GetResourceSpans() {
-		service := ""
+		res := map[string]string{}
 		for _, a := range rs.GetResource().GetAttributes() {
-			if a.GetKey() == "service.name" {
-				service = a.GetValue().GetStringValue()
-			}
+			res[a.GetKey()] = a.GetValue().GetStringValue()
 		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
 				c.spans = append(c.spans, s)
-				c.names[hex.EncodeToString(s.GetSpanId())] = service
+				c.names[hex.EncodeToString(s.GetSpanId())] = res["service.name"]
+				c.resources[hex.EncodeToString(s.GetSpanId())] = res
 			}
 		}
 	}
@@ -104,6 +104,14 @@ func (c *Collector) ServiceName(s *tracepb.Span) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.names[hex.EncodeToString(s.GetSpanId())]
+}
+
+// Resource is the string attributes of the resource s was exported under
+// (service.name, service.version, service.instance.id, …).
+func (c *Collector) Resource(s *tracepb.Span) map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resources[hex.EncodeToString(s.GetSpanId())]
 }
 
 // Attr is s's string attribute key ("" when absent).

@@ -18,6 +18,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{- define "relay.externalIdSecretName" -}}
+{{- default (printf "%s-external-id" (include "relay.fullname" .)) .Values.externalIdSecret.name -}}
+{{- end -}}
+
 {{- define "relay.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "relay.fullname" .) .Values.serviceAccount.name -}}
@@ -80,6 +84,7 @@ path> "value" <value> "url" <true: a literal URL is fine unless it holds a passw
 {{- $backed := false -}}
 {{- range $root.Values.secretEnv }}{{ if eq (toString .name) $name }}{{ $backed = true }}{{ end }}{{ end -}}
 {{- range $root.Values.extraEnv }}{{ if and (eq (toString .name) $name) .valueFrom }}{{ if .valueFrom.secretKeyRef }}{{ $backed = true }}{{ end }}{{ end }}{{ end -}}
+{{- if and $root.Values.externalIdSecret.create (eq $name "RELAY_EXTERNAL_ID_SECRET") }}{{ $backed = true }}{{ end -}}
 {{- if not $backed -}}
 {{- fail (printf "%s is env:%s, but no Secret sets %s: add {name: %s, secretName: …, key: …} to secretEnv" .path $name $name $name) -}}
 {{- end -}}
