@@ -19,6 +19,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
@@ -316,37 +317,8 @@ func TestReplicaKilledMidStreamHandsItsDestinationOver(t *testing.T) {
 // says a write was in flight; that write ends, and no other write starts.
 func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 	rs := startReplicas(t, 2)
-	st, err := store.Open(rs.redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	rdb := st.Client()
+	rdb, holder, _ := rs.holdWrites(2)
 	ctx := context.Background()
-
-	// Every event is in the log before the second write starts, so the worker holds the
-	// rest in the batch it is writing when the pause comes.
-	rs.bus.Hold()
-	t.Cleanup(rs.bus.Release)
-	rs.publish(0, 10, 16)
-	waitUntil(t, 30*time.Second, "all ten events in the account's log", func() bool {
-		return rdb.XLen(ctx, "relay:{acct_1}:log").Val() == 10
-	})
-	waitUntil(t, 30*time.Second, "the first write held at the bus", func() bool { return rs.bus.Waiting() == 1 })
-	rs.bus.LetWaiting()
-	waitUntil(t, 30*time.Second, "the second write held at the bus", func() bool {
-		return rs.bus.Waiting() == 1 && rs.bus.Requests() == 2
-	})
-
-	lease, err := rdb.Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := leasePID(t, lease)
-	holder := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
-	if holder < 0 {
-		t.Fatalf("lease holder %q is neither replica", lease)
-	}
 	a := httpDo(t, "POST", rs.apis[1-holder]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
 	var card struct {
 		Status        string `json:"status"`
@@ -396,30 +368,7 @@ func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 // reading the state, which says paused).
 func TestAPauseWhileTheLeaseHolderIsFrozenStartsNoWriteWhenItThaws(t *testing.T) {
 	rs := startReplicas(t, 2)
-	st, err := store.Open(rs.redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	rdb := st.Client()
-	ctx := context.Background()
-
-	rs.bus.Hold()
-	t.Cleanup(rs.bus.Release)
-	rs.publish(0, 10, 16)
-	waitUntil(t, 30*time.Second, "all ten events in the account's log", func() bool {
-		return rdb.XLen(ctx, "relay:{acct_1}:log").Val() == 10
-	})
-	waitUntil(t, 30*time.Second, "the first write held at the bus", func() bool { return rs.bus.Waiting() == 1 })
-	lease, err := rdb.Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := leasePID(t, lease)
-	holder := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
-	if holder < 0 {
-		t.Fatalf("lease holder %q is neither replica", lease)
-	}
+	_, holder, pid := rs.holdWrites(1)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -460,6 +409,47 @@ func TestAPauseWhileTheLeaseHolderIsFrozenStartsNoWriteWhenItThaws(t *testing.T)
 	if n := len(rs.bus.Entries()); n > 1 {
 		t.Fatalf("%d events on the bus, want at most the one in flight at the freeze", n)
 	}
+}
+
+// holdWrites has the bus hold every write, publishes ten events, waits until all are
+// in the account's log and the nth write is held at the bus (the ones before it let
+// through), and returns a client of the shared Redis, which replica holds the
+// destination's lease, and its process id. Every event is in the log before the second
+// write starts, so the holder has the rest in hand.
+func (rs *replicaSet) holdWrites(nth int) (rdb redis.UniversalClient, holder, pid int) {
+	t := rs.t
+	t.Helper()
+	st, err := store.Open(rs.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rdb = st.Client()
+	ctx := context.Background()
+	rs.bus.Hold()
+	t.Cleanup(rs.bus.Release)
+	rs.publish(0, 10, 16)
+	waitUntil(t, 30*time.Second, "all ten events in the account's log", func() bool {
+		return rdb.XLen(ctx, "relay:{acct_1}:log").Val() == 10
+	})
+	for n := 1; n <= nth; n++ {
+		if n > 1 {
+			rs.bus.LetWaiting()
+		}
+		waitUntil(t, 30*time.Second, fmt.Sprintf("write %d held at the bus", n), func() bool {
+			return rs.bus.Waiting() == 1 && rs.bus.Requests() == n
+		})
+	}
+	lease, err := rdb.Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid = leasePID(t, lease)
+	holder = slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
+	if holder < 0 {
+		t.Fatalf("lease holder %q is neither replica", lease)
+	}
+	return rdb, holder, pid
 }
 
 // leasePID reads the process id out of a lease value "<host>-<pid>-<rand>|<token>".
