@@ -14,8 +14,9 @@ import (
 
 // Change is what a pause, activation or disable found.
 type Change struct {
-	// WriteInFlight: a write to the destination had started (on any replica) and was
-	// not committed yet. It may still reach the bus; no write starts after the change.
+	// WriteInFlight: the lease holder (on any replica) had a write under way when it
+	// stopped, or did not answer within its lease (unknown, so true). That write may
+	// still reach the bus; no write starts after the change.
 	WriteInFlight bool
 }
 
