@@ -188,7 +188,7 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 		if w.checkSetup(ctx, log) {
 			return false, nil // active now: the next pass, at once, delivers what waited
 		}
-		return false, idleFor{pause: w.checkEvery}
+		return false, idleFor{pause: max(w.nextCheck.Sub(w.d.opts.Now()), time.Millisecond)}
 	default:
 		return true, nil // paused or disabled: an activation's control entry wakes it
 	}
