@@ -319,17 +319,7 @@ func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 	rs := startReplicas(t, 2)
 	rdb, holder, _ := rs.holdWrites(2)
 	ctx := context.Background()
-	a := httpDo(t, "POST", rs.apis[1-holder]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
-	var card struct {
-		Status        string `json:"status"`
-		WriteInFlight *bool  `json:"write_in_flight"`
-	}
-	if err := json.Unmarshal([]byte(a.body), &card); err != nil || a.status != 200 {
-		t.Fatalf("pause on the other replica: %d %s", a.status, a.body)
-	}
-	if card.Status != "paused" || card.WriteInFlight == nil || !*card.WriteInFlight {
-		t.Fatalf("pause answered %s, want paused with write_in_flight true (the holder's write was held at the bus)", a.body)
-	}
+	rs.pauseSaysWriteInFlight(1-holder, "the holder's write was held at the bus")
 
 	rs.bus.LetWaiting() // the write in flight ends; any later one would be held, and counted
 	waitUntil(t, 30*time.Second, "the write in flight committed", func() bool {
@@ -381,17 +371,7 @@ func TestAPauseWhileTheLeaseHolderIsFrozenStartsNoWriteWhenItThaws(t *testing.T)
 	}
 	t.Cleanup(thaw)
 
-	a := httpDo(t, "POST", rs.apis[1-holder]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
-	var card struct {
-		Status        string `json:"status"`
-		WriteInFlight *bool  `json:"write_in_flight"`
-	}
-	if err := json.Unmarshal([]byte(a.body), &card); err != nil || a.status != 200 {
-		t.Fatalf("pause on the other replica: %d %s", a.status, a.body)
-	}
-	if card.Status != "paused" || card.WriteInFlight == nil || !*card.WriteInFlight {
-		t.Fatalf("pause answered %s, want paused with write_in_flight true (the frozen holder could not say)", a.body)
-	}
+	rs.pauseSaysWriteInFlight(1-holder, "the frozen holder could not say")
 	if !strings.Contains(rs.logs[1-holder].String(), "the lease holder did not answer a status change within its lease") {
 		t.Fatalf("the answering replica did not wait out the frozen holder's lease:\n%s", rs.logTails())
 	}
@@ -450,6 +430,25 @@ func (rs *replicaSet) holdWrites(nth int) (rdb redis.UniversalClient, holder, pi
 		t.Fatalf("lease holder %q is neither replica", lease)
 	}
 	return rdb, holder, pid
+}
+
+// pauseSaysWriteInFlight pauses orders-bus through replica i's API and fails the test
+// unless the answer is the card paused with write_in_flight true (why: the reason the
+// test expects it).
+func (rs *replicaSet) pauseSaysWriteInFlight(i int, why string) {
+	t := rs.t
+	t.Helper()
+	a := httpDo(t, "POST", rs.apis[i]+"/v1/connectors/eventbridge/destinations/orders-bus/pause", replicasAdminToken)
+	var card struct {
+		Status        string `json:"status"`
+		WriteInFlight *bool  `json:"write_in_flight"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &card); err != nil || a.status != 200 {
+		t.Fatalf("pause on replica %d: %d %s", i, a.status, a.body)
+	}
+	if card.Status != "paused" || card.WriteInFlight == nil || !*card.WriteInFlight {
+		t.Fatalf("pause answered %s, want paused with write_in_flight true (%s)", a.body, why)
+	}
 }
 
 // leasePID reads the process id out of a lease value "<host>-<pid>-<rand>|<token>".
