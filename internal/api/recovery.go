@@ -88,9 +88,8 @@ func (s *Server) attemptDetail(w http.ResponseWriter, r *http.Request, p princip
 	if !ok {
 		return
 	}
-	n, err := strconv.ParseInt(r.PathValue("n"), 10, 64)
-	if err != nil || n < 1 {
-		writeError(w, errInvalid("the attempt must be its number n from the attempt log, a whole number of at least 1"))
+	n, ok := attemptNumber(w, r)
+	if !ok {
 		return
 	}
 	ref := store.Ref{Account: d.Account, ID: d.ID}

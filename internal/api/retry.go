@@ -18,9 +18,8 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request, p principal) {
 	if !ok {
 		return
 	}
-	n, err := strconv.ParseInt(r.PathValue("n"), 10, 64)
-	if err != nil || n < 1 {
-		writeError(w, errInvalid("the attempt must be its number n from the attempt log, a whole number of at least 1"))
+	n, ok := attemptNumber(w, r)
+	if !ok {
 		return
 	}
 	if !s.allow(w, p, d, plainAction) {
@@ -64,4 +63,15 @@ type retryAnswer struct {
 	Attempt int64  `json:"attempt"`
 	RetryOf int64  `json:"retry_of"`
 	EventID string `json:"event_id"`
+}
+
+// attemptNumber reads the path's {n}, an attempt's number in the attempt log; a bad one
+// is answered 400 and ok is false.
+func attemptNumber(w http.ResponseWriter, r *http.Request) (n int64, ok bool) {
+	n, err := strconv.ParseInt(r.PathValue("n"), 10, 64)
+	if err != nil || n < 1 {
+		writeError(w, errInvalid("the attempt must be its number n from the attempt log, a whole number of at least 1"))
+		return 0, false
+	}
+	return n, true
 }
