@@ -25,12 +25,7 @@ import (
 // never disabled and nothing counts. Once the trust policy is in place the next check
 // makes it active and the 30 arrive, in publish order, then new ones.
 func TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPolicyIsSet(t *testing.T) {
-	sts := awstest.NewSTS(t)
-	eb := awstest.NewEventBridge(t)
-	eb.RequireSessionFrom(sts)
-	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
-	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
-	sink := eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL})
+	sts, eb, sink := eventBridgeBehindSTS(t)
 
 	dest := bus("orders", "111122223333")
 	dest.PinnedExternalID = "ext-pending-1"
@@ -110,12 +105,7 @@ func TestPendingDestinationIsCheckedLessOftenWhileItFails(t *testing.T) {
 // show it as "being set up"), and relay_setup_refused_total counts it. Once the policy
 // names the exact id the destination goes active and the mark is gone.
 func TestPendingDestinationWhoseRoleLetsAWrongExternalIDInIsMarkedRefusedForSecurity(t *testing.T) {
-	sts := awstest.NewSTS(t)
-	eb := awstest.NewEventBridge(t)
-	eb.RequireSessionFrom(sts)
-	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
-	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
-	sink := eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL})
+	sts, eb, sink := eventBridgeBehindSTS(t)
 
 	dest := bus("orders", "111122223333")
 	dest.PinnedExternalID = "relay-0123456789abcdef0123456789abcdef"
@@ -180,4 +170,16 @@ func TestPendingDestinationWhoseRoleLetsAWrongExternalIDInIsMarkedRefusedForSecu
 	if err == nil {
 		t.Errorf("pending_reason %q left on an active destination", h)
 	}
+}
+
+// eventBridgeBehindSTS is an EventBridge that takes only writes signed with a session
+// of its STS, and the real sink reaching both as the relay's principal.
+func eventBridgeBehindSTS(t *testing.T) (*awstest.STS, *awstest.EventBridge, *eventbridge.Sink) {
+	t.Helper()
+	sts := awstest.NewSTS(t)
+	eb := awstest.NewEventBridge(t)
+	eb.RequireSessionFrom(sts)
+	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
+	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
+	return sts, eb, eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL})
 }
