@@ -99,19 +99,19 @@ local function commit_one()
   local acct, connector, notice_id = ARGV[14], ARGV[15], ARGV[16]
   local epoch, warn_after = ARGV[17], ARGV[18]
   -- One read of the hash, and its changes gathered in set / del, written by apply().
-  local h = redis.call('HMGET', KEYS[1], 'lease_token', 'ctlv', 'status', 'epoch', 'cursor', 'consecutive_failures',
+  local h = redis.call('HMGET', KEYS[1], 'lease_token', 'status', 'epoch', 'cursor', 'consecutive_failures',
     'last_failure', 'last_delivery', 'disabled', 'failing', 'pending', 'attempts', 'chart_minute')
   if token ~= '0' and h[1] ~= token then return 'STALE' end
-  local status = h[3]
+  local status = h[2]
   if not status then return 'UNKNOWN' end
-  local stored_cursor, last_failure, last_delivery, disabled_json, failing, pending = h[5], h[7], h[8], h[9], h[10], h[11]
+  local stored_cursor, last_failure, last_delivery, disabled_json, failing, pending = h[4], h[6], h[7], h[8], h[9], h[10]
   local set, del = {}, {}
   local function apply()
     if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)); set = {} end
     if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)); del = {} end
   end
   local function put(field, value) set[#set + 1] = field; set[#set + 1] = value end
-  local same_epoch = epoch == '' or (h[4] or '0') == epoch
+  local same_epoch = epoch == '' or (h[3] or '0') == epoch
   if cursor ~= '' and same_epoch and id_after(cursor, stored_cursor or '0-0') then
     stored_cursor = cursor
     put('cursor', cursor)
@@ -120,7 +120,7 @@ local function commit_one()
     apply()
     return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0'), stored_cursor, 0}
   end
-  local failures = tonumber(h[6] or '0')
+  local failures = tonumber(h[5] or '0')
   local etype
   local fields = {destination = dest_id, event_id = event_id, message_id = message_id, message = message, test = is_test}
   if kind == 'delivered' then
@@ -144,7 +144,7 @@ local function commit_one()
     etype = 'message.expired'
   end
   fields.class = kind
-  local chart_minute = h[13]
+  local chart_minute = h[12]
 ` + MinuteCountLua /* the chart's per-minute count (minutes.go) */ + `
   put('consecutive_failures', failures)
   -- A warning threshold reached: destination.failing, once per threshold per run of
@@ -166,7 +166,7 @@ local function commit_one()
     end
   end
   -- The attempt log: kept longer than channel events, for the card's attempts page.
-  local n = tonumber(h[12] or '0') + 1
+  local n = tonumber(h[11] or '0') + 1
   put('attempts', n)
   add_attempt(KEYS[6], n, 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
   local first = nil
