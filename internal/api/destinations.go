@@ -247,6 +247,12 @@ func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	outcome, err := s.opts.Destinations.Test(r.Context(), d.ID)
+	var held dispatch.HeldBack
+	if errors.As(err, &held) {
+		// The relay's own pacing of STS, not the customer's setup: one sentence, when.
+		writeError(w, errExhausted(held.Error(), held.Wait))
+		return
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -68,12 +68,11 @@ type cached struct {
 	mu      sync.Mutex
 	key     [sha256.Size]byte // what the session was made for: a hash of role, ExternalId, session policy
 	creds   aws.Credentials
-	renewAt time.Time // when creds are replaced: RenewBefore ahead of expiry, or when the probe runs out
-	// probedUntil is how long the last passed probe for key stands: as long as a session
-	// made right after it would be used. A session made later inside it needs no probe.
-	probedUntil time.Time
-	// retryAt is when a new session may be asked for after a refused one; backoff is the
-	// wait the next refusal sets, refusal the sentence of the last one.
+	renewAt time.Time // when creds are replaced: RenewBefore ahead of expiry
+	// retryAt is when a new session may be asked for after STS refused one with the real
+	// ExternalId; backoff is the wait the next refusal sets. refusal is the sentence of
+	// the last refusal (that one, or a probe the role let in), which a write held back by
+	// the wait or the budget carries first: it is what the customer must fix.
 	retryAt time.Time
 	backoff time.Duration
 	refusal string
@@ -91,10 +90,10 @@ func New(o Options) *Assumer {
 		o.RenewBefore = DefaultRenewBefore
 	}
 	def := config.DefaultSTSBudget()
-	if o.Budget.PerDestination.Count < 2 || o.Budget.PerDestination.Per <= 0 {
+	if o.Budget.PerDestination.Count < callsPerSession || o.Budget.PerDestination.Per <= 0 {
 		o.Budget.PerDestination = def.PerDestination
 	}
-	if o.Budget.PerAccount.Count < 2 || o.Budget.PerAccount.Per <= 0 {
+	if o.Budget.PerAccount.Count < callsPerSession || o.Budget.PerAccount.Per <= 0 {
 		o.Budget.PerAccount = def.PerAccount
 	}
 	if o.Backoff.Initial <= 0 || o.Backoff.Max < o.Backoff.Initial {
@@ -106,16 +105,21 @@ func New(o Options) *Assumer {
 	return &Assumer{o: o, sessions: map[string]*cached{}}
 }
 
+// callsPerSession is what a new session costs STS, and so the budget: its own probe, then
+// the session.
+const callsPerSession = 2
+
 // Credentials returns d's session, reusing the cached one until RenewBefore ahead of its
-// expiry; a new one is preceded by the probe unless a probe passed within a session's
-// lifetime. Errors are *failures.Error or SDK errors failures.Classify understands.
+// expiry; every new one is preceded by its own probe. Errors are *failures.Error or SDK
+// errors failures.Classify understands.
 func (a *Assumer) Credentials(ctx context.Context, d destination.Destination) (aws.Credentials, error) {
 	return a.get(ctx, d, false)
 }
 
 // Check runs the probe and a new session now, replacing any cached one: "send a test"
 // and the card's check walk the whole path. It does not wait out a session backoff (a
-// customer who fixed the role tries at once), but it spends the budget.
+// customer who fixed the role tries at once), but it spends the budget: when the budget
+// holds it back the error is failures.HeldBack, and nothing reached STS.
 func (a *Assumer) Check(ctx context.Context, d destination.Destination) error {
 	_, err := a.get(ctx, d, true)
 	return err
@@ -139,7 +143,7 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	defer c.mu.Unlock()
 	now := a.o.Now()
 	if c.key != key { // a new definition: nothing known of the old one holds
-		c.key, c.creds, c.renewAt, c.probedUntil = key, aws.Credentials{}, time.Time{}, time.Time{}
+		c.key, c.creds, c.renewAt = key, aws.Credentials{}, time.Time{}
 		c.retryAt, c.backoff, c.refusal = time.Time{}, 0, ""
 	}
 	if !fresh && c.creds.AccessKeyID != "" && now.Before(c.renewAt) {
@@ -148,46 +152,34 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	c.creds = aws.Credentials{} // a failed renewal leaves nothing to reuse
 	if wait := c.retryAt.Sub(now); !fresh && wait > 0 {
 		return aws.Credentials{}, failures.NewNotTakenFor(fmt.Sprintf(
-			"did not take the event: the last session for role %s was refused (%s); the relay waits %s before asking STS "+
-				"for another (the wait doubles while sessions are refused, up to %s) — fix what that says, then send a test to try at once",
-			d.RoleARN, c.refusal, wait.Round(time.Second), a.o.Backoff.Max), wait, nil)
+			"did not take the event: %s; the relay asks STS for a session again in %s (the wait doubles while AWS refuses, "+
+				"up to %s), or at once when you send a test", c.refusal, wait.Round(time.Second), a.o.Backoff.Max), wait, nil)
 	}
-	probe := fresh || !now.Before(c.probedUntil)
-	calls := 1
-	if probe {
-		calls = 2
-	}
+	// Every session is preceded by its own probe: both are taken from the budget together.
 	b := a.o.Budget
-	if ok, wait := a.budget.TakeN(now, calls, ratelimit.Limit{Key: "destination:" + d.ID, Rate: b.PerDestination},
+	if ok, wait := a.budget.TakeN(now, callsPerSession, ratelimit.Limit{Key: "destination:" + d.ID, Rate: b.PerDestination},
 		ratelimit.Limit{Key: "account:" + d.Account, Rate: b.PerAccount}); !ok {
-		return aws.Credentials{}, failures.NewNotTakenFor(fmt.Sprintf(
-			"did not take the event: the relay holds back new sessions for this destination for %s — AssumeRole calls are "+
-				"budgeted at %d per %s for a destination and %d per %s for an account's destinations together, since AWS limits them "+
-				"for the relay's one principal, shared by every customer; a role whose permissions refuse the writes spends the "+
-				"budget fastest (each refused write asks for a new session), so check the card's last rejection",
-			wait.Round(time.Second), b.PerDestination.Count, b.PerDestination.Per, b.PerAccount.Count, b.PerAccount.Per), wait, nil)
+		return aws.Credentials{}, failures.NewHeldBack(a.heldSentence(c, wait), wait)
 	}
 	end := func(string, error) {}
 	if a.o.Tracer != nil {
-		end = a.o.Tracer.StartSetup(d, probe)
+		end = a.o.Tracer.StartSetup(d, true)
 	}
-	if probe {
-		c.probedUntil = time.Time{}
-		err := a.probe(ctx, d)
-		a.o.Metrics.count("probe", err)
-		if err != nil {
-			end("probe", err)
-			return aws.Credentials{}, err
+	err := a.probe(ctx, d)
+	a.o.Metrics.count("probe", err)
+	if err != nil {
+		end("probe", err)
+		if o := failures.Classify(err); o.Class == failures.Rejected {
+			// The role lets a wrong ExternalId in: each try is a rejection of its own (20
+			// disable the destination), with no wait between them but the budget's.
+			c.refusal = o.Message
 		}
-		c.probedUntil = now.Add(SessionDuration - a.o.RenewBefore)
+		return aws.Credentials{}, err
 	}
 	creds, err := a.session(ctx, d)
 	a.o.Metrics.count("session", err)
 	end("session", err)
 	if err != nil {
-		// The probe stands only beside a session it let through: the next try probes
-		// again, so a destination STS never let in never skips the probe.
-		c.probedUntil = time.Time{}
 		if o := failures.Classify(err); o.Class == failures.Rejected {
 			c.refused(now, a.o.Backoff, o.Message) // the role refused us with the right ExternalId
 		}
@@ -195,10 +187,23 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	}
 	c.creds = creds
 	c.renewAt = creds.Expires.Add(-a.o.RenewBefore)
-	if c.probedUntil.Before(c.renewAt) {
-		c.renewAt = c.probedUntil // never used longer after its probe than a session made with it
-	}
+	c.backoff, c.retryAt, c.refusal = 0, time.Time{}, "" // STS let us in: nothing of its refusals holds
 	return creds, nil
+}
+
+// heldSentence is the card's sentence for a write the budget held back for wait: the
+// last refusal's words first (what the customer must fix), then the wait, which is the
+// relay's own pacing.
+func (a *Assumer) heldSentence(c *cached, wait time.Duration) string {
+	w := wait.Round(time.Second)
+	if w < time.Second {
+		w = time.Second
+	}
+	if c.refusal != "" {
+		return fmt.Sprintf("did not take the event: %s; the relay asks STS for a session again in %s", c.refusal, w)
+	}
+	return fmt.Sprintf("did not take the event: the relay paces its calls to AWS STS for this destination and asks for "+
+		"a session again in %s", w)
 }
 
 // refused starts or doubles the wait before c's next session.
@@ -210,40 +215,31 @@ func (c *cached) refused(now time.Time, b config.Backoff, sentence string) {
 	c.backoff = min(2*c.backoff, b.Max)
 }
 
-// Report tells the Assumer how the write signed with d's session accessKeyID went. A
-// delivery ends any session backoff. An answer that refuses the session (SessionRefused)
-// drops it, if it is still the cached one (a session a concurrent caller made since is
-// kept), so the next write takes a fresh one. When the refusal is the role's permissions
-// (AccessDenied), that next session also waits out a backoff — a role that lacks the write
-// permission would otherwise cost a session per event — but keeps the probe that passed:
-// the trust policy's answer to a wrong ExternalId does not depend on what the role may do.
+// Report tells the Assumer how the write signed with d's session accessKeyID went. Only
+// an answer that means the session itself is no good (SessionRefused: expired, or its
+// token not recognised) drops it, if it is still the cached one (a session a concurrent
+// caller made since is kept), so the next write takes a fresh one, probe first. A
+// refusal by the role's permissions (AccessDeniedException) keeps it: AWS evaluates the
+// role's permissions at each request, so the customer's fix applies to this session, and
+// each refused write is a rejection of its own at the bus's pace, with no STS call.
 func (a *Assumer) Report(d destination.Destination, accessKeyID string, err error) {
-	code := failures.Code(err)
-	if err != nil && !SessionRefused(code) {
+	if err == nil || !SessionRefused(failures.Code(err)) {
 		return
 	}
 	c := a.entry(d.ID)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err == nil {
-		c.backoff, c.retryAt, c.refusal = 0, time.Time{}, ""
-		return
-	}
 	if c.creds.AccessKeyID == accessKeyID {
 		c.creds = aws.Credentials{}
-	}
-	if o := failures.Classify(err); o.Class == failures.Rejected {
-		c.refused(a.o.Now(), a.o.Backoff, o.Message)
 	}
 }
 
 // SessionRefused reports whether a bus's answer to a write means the session it was
-// signed with is no good any more (expired, or its permissions gone): the session is
-// to be dropped (Report), whatever the outcome is classified as.
+// signed with is no good any more: expired, or a token AWS does not recognise. Those
+// are ours to replace (not taken); every other answer leaves the session in use.
 func SessionRefused(code string) bool {
 	switch code {
-	case "ExpiredToken", "ExpiredTokenException", "AccessDenied", "AccessDeniedException",
-		"UnrecognizedClientException", "InvalidClientTokenId":
+	case "ExpiredToken", "ExpiredTokenException", "UnrecognizedClientException", "InvalidClientTokenId":
 		return true
 	}
 	return false

@@ -441,19 +441,20 @@ func budgeted(t *testing.T) (*awstest.STS, *clock, *assume.Assumer, *assume.Metr
 		Backoff: config.Backoff{Initial: time.Second, Max: 4 * time.Second}, Metrics: m}), m
 }
 
-// wantHeldBack fails unless err is not taken, waits about wait, and says so.
+// wantHeldBack fails unless err is the relay's own pacing (failures.HeldBack), not taken,
+// waits about wait, and says so.
 func wantHeldBack(t *testing.T, err error, wait time.Duration, phrases ...string) {
 	t.Helper()
 	wantClass(t, err, failures.NotTaken, phrases...)
-	if got := failures.Wait(err); got < wait-time.Millisecond || got > wait+time.Millisecond {
-		t.Fatalf("wait %s, want %s", got, wait)
+	if got, held := failures.HeldBack(err); !held || got < wait-time.Millisecond || got > wait+time.Millisecond {
+		t.Fatalf("held back %v for %s, want %s", held, got, wait)
 	}
 }
 
-// TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe: each new session spends from the
-// destination's and the account's bucket, both or neither; an empty one is not taken,
-// with the wait until it holds enough again and a sentence the customer can act on. A
-// cached session spends nothing.
+// TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe: each new session (its probe and
+// itself) spends two calls from the destination's and the account's bucket, both or
+// neither; an empty one holds the session back, with the wait until it holds enough again.
+// A cached session spends nothing.
 func TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe(t *testing.T) {
 	sts, clk, a, _ := budgeted(t)
 	d1, d2 := busDest(), busDest()
@@ -464,13 +465,12 @@ func TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe(t *testing.T) {
 		}
 	}
 	// d1's 4 are spent: 2 more come back in 30 s (4 a minute, evenly).
-	wantHeldBack(t, a.Check(ctx(t), d1), 30*time.Second, "holds back new sessions for this destination for 30s",
-		"4 per 1m0s for a destination and 6 per 1m0s for an account", "each refused write asks for a new session")
+	wantHeldBack(t, a.Check(ctx(t), d1), 30*time.Second, "did not take the event", "paces its calls to AWS STS", "again in 30s")
 	if err := a.Check(ctx(t), d2); err != nil { // the account's last 2
 		t.Fatal(err)
 	}
 	// d2's own bucket holds 2, the account's none: 2 come back in 20 s.
-	wantHeldBack(t, a.Check(ctx(t), d2), 20*time.Second, "holds back")
+	wantHeldBack(t, a.Check(ctx(t), d2), 20*time.Second, "again in 20s")
 	if n := len(sts.Requests()); n != 6 {
 		t.Fatalf("STS saw %d calls, want the budget's 6", n)
 	}
@@ -483,73 +483,108 @@ func TestBudgetHoldsBackNewSessionsAndSaysWhenTheNextCanBe(t *testing.T) {
 	}
 }
 
-// TestARefusedSessionWaitsDoublingAndADeliveryEndsTheWait: the bus refusing a write with
-// AccessDenied drops the session; the next one waits 1 s, then 2, then 4 (the max), and
-// is one AssumeRole under the probe that passed; a delivery starts the wait over. STS
-// refusing the session itself waits too, and the next try probes again.
-func TestARefusedSessionWaitsDoublingAndADeliveryEndsTheWait(t *testing.T) {
-	sts, clk, a, _ := budgeted(t)
+// TestARefusedWriteKeepsTheSessionAndOnlyOurOwnTokensDropIt: the bus refusing a write
+// for the role's permissions (AccessDeniedException) keeps the session, since AWS checks
+// the permissions at each request: the next write is signed with it, with no STS call.
+// An expired or unrecognised token drops it; the next is a probe and a session.
+func TestARefusedWriteKeepsTheSessionAndOnlyOurOwnTokensDropIt(t *testing.T) {
+	sts, _, a, _ := budgeted(t)
 	d := busDest()
-	denied := fmt.Errorf("eventbridge PutEvents: %w", &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "not authorized to perform: events:PutEvents"})
 	creds, err := a.Credentials(ctx(t), d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
+	denied := fmt.Errorf("eventbridge PutEvents: %w", &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "not authorized to perform: events:PutEvents"})
+	for range 10 {
 		a.Report(d, creds.AccessKeyID, denied)
-		wantHeldBack(t, func() error { _, err := a.Credentials(ctx(t), d); return err }(), wait,
-			"the last session for role "+role+" was refused", "AccessDeniedException", "send a test to try at once")
-		clk.Advance(wait)
-		before := len(sts.Requests())
-		if creds, err = a.Credentials(ctx(t), d); err != nil {
-			t.Fatalf("refusal %d, after %s: %v", i+1, wait, err)
+		got, err := a.Credentials(ctx(t), d)
+		if err != nil || got.AccessKeyID != creds.AccessKeyID {
+			t.Fatalf("after a write refused for the role's permissions: %s, %v; want the same session %s", got.AccessKeyID, err, creds.AccessKeyID)
 		}
-		if reqs := sts.Requests(); len(reqs) != before+1 || !reqs[before].Granted || reqs[before].ExternalID != extID {
-			t.Fatalf("refusal %d: STS saw %+v, want one session under the probe that passed", i+1, reqs[before:])
-		}
-		clk.Advance(15 * time.Second) // the budget refills; the probe still stands
 	}
-	a.Report(d, creds.AccessKeyID, nil) // delivered
-	a.Report(d, creds.AccessKeyID, denied)
-	wantHeldBack(t, func() error { _, err := a.Credentials(ctx(t), d); return err }(), time.Second, "was refused")
+	if n := len(sts.Requests()); n != 2 {
+		t.Fatalf("STS saw %d calls after ten refused writes, want the first probe and session only", n)
+	}
+	for i, code := range []string{"ExpiredTokenException", "ExpiredToken", "UnrecognizedClientException", "InvalidClientTokenId"} {
+		a.Report(d, creds.AccessKeyID, &smithy.GenericAPIError{Code: code})
+		before := len(sts.Requests())
+		if creds, err = a.Credentials(ctx(t), d); err != nil && i < 1 {
+			t.Fatalf("after %s: %v", code, err)
+		}
+		if err != nil { // the budget (4 a minute) holds the third new session back
+			wantHeldBack(t, err, 30*time.Second, "again in 30s")
+			break
+		}
+		if reqs := sts.Requests()[before:]; len(reqs) != 2 || reqs[0].Granted || reqs[0].ExternalID == extID || !reqs[1].Granted {
+			t.Fatalf("after %s STS saw %+v, want a denied probe then a session", code, reqs)
+		}
+	}
+}
 
-	// STS refuses the session: rejected, the next waits, and probes again.
+// TestARefusedSessionWaitsDoublingAndSaysTheRefusalFirst: STS refusing the session with
+// the real ExternalId is rejected; the next session waits 1 s, then 2 (doubling up to the
+// max), and a write held back meanwhile says the refusal first, then the wait. The try
+// after the wait probes again. A test (Check) does not wait.
+func TestARefusedSessionWaitsDoublingAndSaysTheRefusalFirst(t *testing.T) {
+	sts, clk, a, _ := budgeted(t)
+	d := busDest()
 	sts.RequireExternalID(role, "ext-someone-else")
-	clk.Advance(time.Minute)
+	_, err := a.Credentials(ctx(t), d)
+	wantClass(t, err, failures.Rejected, "AWS refused to let the relay assume role")
+	_, err = a.Credentials(ctx(t), d)
+	wantClass(t, err, failures.NotTaken, "did not take the event: AWS refused to let the relay assume role", "trust policy", "again in 1s")
+	if failures.Wait(err) != time.Second {
+		t.Fatalf("wait %s, want 1s", failures.Wait(err))
+	}
+	clk.Advance(time.Second)
 	_, err = a.Credentials(ctx(t), d)
 	wantClass(t, err, failures.Rejected, "AWS refused to let the relay assume role")
 	_, err = a.Credentials(ctx(t), d)
 	if failures.Wait(err) != 2*time.Second {
-		t.Fatalf("after STS refused the session: %v (wait %s), want a 2s wait", err, failures.Wait(err))
+		t.Fatalf("after the second refusal: %v (wait %s), want a 2s wait", err, failures.Wait(err))
 	}
-	sts.RequireExternalID(role, extID)
+	// Meanwhile the budget (4 a minute) is spent: the wait it sets says the refusal first too.
 	clk.Advance(2 * time.Second)
+	_, err = a.Credentials(ctx(t), d)
+	wantHeldBack(t, err, 27*time.Second, "did not take the event: AWS refused to let the relay assume role", "trust policy", "again in 27s")
+	clk.Advance(27 * time.Second)
+	sts.RequireExternalID(role, extID)
 	before := len(sts.Requests())
-	if _, err := a.Credentials(ctx(t), d); err != nil {
-		t.Fatal(err)
+	if err := a.Check(ctx(t), d); err != nil {
+		t.Fatalf("a test after the role was fixed: %v", err)
 	}
-	if reqs := sts.Requests()[before:]; len(reqs) != 2 || reqs[0].Granted || reqs[0].ExternalID == extID {
-		t.Fatalf("after a refused session STS saw %+v, want a probe then the session", reqs)
+	if reqs := sts.Requests()[before:]; len(reqs) != 2 || reqs[0].Granted || !reqs[1].Granted {
+		t.Fatalf("the test's STS calls %+v, want a probe then the session", reqs)
+	}
+	if _, err := a.Credentials(ctx(t), d); err != nil {
+		t.Fatalf("after the test's session: %v, want it reused", err)
 	}
 }
 
-// TestAProbeStandsNoLongerThanASessionMadeWithIt: a session made under an older probe is
-// renewed, with a new probe, when that probe's 13 minutes run out.
-func TestAProbeStandsNoLongerThanASessionMadeWithIt(t *testing.T) {
+// TestEverySessionHasItsOwnProbe: a session renewed before it expires, or after the bus
+// said it expired, is preceded by a probe of its own, however recent the last one.
+func TestEverySessionHasItsOwnProbe(t *testing.T) {
 	sts, clk, a, _ := budgeted(t)
 	d := busDest()
 	creds, _ := a.Credentials(ctx(t), d)
-	clk.Advance(10 * time.Minute)
+	clk.Advance(time.Minute)
 	a.Report(d, creds.AccessKeyID, &smithy.GenericAPIError{Code: "ExpiredTokenException"})
-	if _, err := a.Credentials(ctx(t), d); err != nil || len(sts.Requests()) != 3 {
-		t.Fatalf("at 10 min: %v after %d calls, want a session alone (3 calls)", err, len(sts.Requests()))
-	}
-	clk.Advance(3*time.Minute + time.Second) // 13 min after the probe, 3 after the session
 	if _, err := a.Credentials(ctx(t), d); err != nil {
 		t.Fatal(err)
 	}
-	if reqs := sts.Requests(); len(reqs) != 5 || reqs[3].Granted || reqs[3].ExternalID == extID || !reqs[4].Granted {
-		t.Fatalf("at 13 min STS saw %+v, want a fresh probe then a session", reqs[3:])
+	clk.Advance(13*time.Minute + time.Second) // the renewal, 2 minutes before it expires
+	if _, err := a.Credentials(ctx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	reqs := sts.Requests()
+	if len(reqs) != 6 {
+		t.Fatalf("STS saw %d calls, want three probes and three sessions: %+v", len(reqs), reqs)
+	}
+	for i := 0; i < len(reqs); i += 2 {
+		probe, session := reqs[i], reqs[i+1]
+		if probe.Granted || probe.ExternalID == extID || probe.Policy != destination.DenyAllPolicy() || !session.Granted || session.ExternalID != extID {
+			t.Fatalf("session %d: %+v after %+v, want a denied deny-all probe with a wrong ExternalId right before it", i/2+1, session, probe)
+		}
 	}
 }
 

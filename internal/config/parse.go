@@ -51,13 +51,14 @@ func DefaultAPI() API {
 	}
 }
 
-// DefaultSTSBudget is aws.sts_budget's defaults. A healthy destination makes two calls
-// (a probe and a session) every 13 minutes; 6 a minute leaves room for three new sessions
-// in a row (a test, a renewal, a redefinition) and holds a failing role to 360 an hour
-// instead of thousands a minute. 60 a minute per account is 1 a second: a hundred
-// accounts at their cap stay far under STS's own request rate for one principal.
+// DefaultSTSBudget is aws.sts_budget's defaults. Every new session costs two calls, its
+// own probe and the session; a healthy destination makes them every 13 minutes. 16 a
+// minute holds the six tests of api.tests_per_destination's default (12 calls: each test
+// is a new session) with room for two sessions of its own, and holds a failing role to
+// under a thousand an hour instead of thousands a minute. 120 a minute per account holds
+// its 30 tests a minute (api.tests_per_account) twice over.
 func DefaultSTSBudget() STSBudget {
-	return STSBudget{PerDestination: Rate{Count: 6, Per: time.Minute}, PerAccount: Rate{Count: 60, Per: time.Minute}}
+	return STSBudget{PerDestination: Rate{Count: 16, Per: time.Minute}, PerAccount: Rate{Count: 120, Per: time.Minute}}
 }
 
 // DefaultRoutingKeys are the Worker's two routing keys.

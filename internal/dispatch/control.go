@@ -197,14 +197,15 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 		// A pending destination's test is its setup check, at once: a pass makes it
 		// active (and the test event is written); a failure is answered in the check's
 		// words and counts nothing (no attempt is recorded).
-		passed, msg := d.checkSetup(ctx, dest)
-		now := d.opts.Now().UTC()
-		if _, err := d.opts.Store.SetupChecked(ctx, ref(dest), passed, store.PendingCheck{At: now, Message: msg,
-			NextCheck: now.Add(d.opts.Delivery.SetupCheck.Initial)}, d.opts.Delivery.ChannelRetention); err != nil {
+		res := d.checkSetup(ctx, dest)
+		if res.held > 0 {
+			return failures.Outcome{}, HeldBack{Wait: res.held}
+		}
+		if _, err := d.recordCheck(ctx, dest, res, d.opts.Now().Add(d.opts.Delivery.SetupCheck.Initial)); err != nil {
 			return failures.Outcome{}, err
 		}
-		if !passed {
-			return failures.Outcome{Class: failures.Rejected, Message: msg}, nil // counted nowhere: it is pending
+		if !res.passed {
+			return failures.Outcome{Class: failures.Rejected, Message: res.message}, nil // counted nowhere: it is pending
 		}
 		d.touch(id) // its worker, if on this replica, starts delivering what waited
 		checked = true
@@ -220,6 +221,9 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	// The whole path: a fresh probe and session, or a fresh label read, before the write.
 	if c, ok := sink.(checker); ok && !checked {
 		err = c.Check(sendCtx, dest)
+		if wait, held := failures.HeldBack(err); held {
+			return failures.Outcome{}, HeldBack{Wait: wait} // nothing was sent: no attempt is recorded
+		}
 		check := failures.Classify(err)
 		if _, emitErr := d.opts.Store.Emit(ctx, ref(dest), "destination.checked", map[string]any{
 			"destination": dest.ID, "class": string(check.Class), "message": check.Message, "test": true,
@@ -239,6 +243,13 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	if err != nil {
 		return outcome, err
 	}
+	if outcome.Class == failures.Delivered && st.Status == store.Active {
+		// The bus takes writes now: the holder sends a message it holds in backoff at once.
+		if err := d.opts.Store.Notify(ctx, ref(dest), store.ControlCount); err != nil {
+			d.opts.Logger.Warn("the lease holder was not told of the delivered test", "destination", dest.ID, "error", err)
+		}
+		d.touch(id)
+	}
 	if res.Disabled {
 		d.announceDisabled(ctx, dest)
 		// The test's rejection disabled it: the lease holder reads the status now.
@@ -250,22 +261,34 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	return outcome, nil
 }
 
+// setupResult is what a setup check found: passed, or the sentence that says what is
+// missing; held, when the relay's own STS pacing kept the check from running (nothing
+// reached STS, so nothing is known of the customer's setup), is how long until it can.
+type setupResult struct {
+	passed  bool
+	message string
+	held    time.Duration
+}
+
 // checkSetup runs dest's setup check through its sink, if the sink has one (a sink
 // without one passes), and records it as destination.checked: passed, or the sentence
-// that says what is missing.
-func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destination) (passed bool, message string) {
+// that says what is missing. A check the STS budget held back is not recorded.
+func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destination) setupResult {
 	c, ok := d.sink(dest).(checker)
 	if !ok {
-		return true, ""
+		return setupResult{passed: true}
 	}
 	st, err := d.opts.Store.LoadState(ctx, ref(dest))
 	if err != nil {
-		return false, "the setup check did not run: " + err.Error()
+		return setupResult{message: "the setup check did not run: " + err.Error()}
 	}
 	dest.ExternalID = st.ExternalID
 	checkCtx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	checkErr := c.Check(checkCtx, dest)
+	if wait, held := failures.HeldBack(checkErr); held {
+		return setupResult{held: max(wait, time.Millisecond), message: failures.Classify(checkErr).Message}
+	}
 	check, reason := failures.Classify(checkErr), failures.Reason(checkErr)
 	if check.Class == failures.Rejected {
 		d.setupRefused(ctx, dest, reason) // before the event, whose card state then says it
@@ -278,9 +301,31 @@ func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destinatio
 		d.opts.Logger.Warn("destination.checked not recorded", "destination", dest.ID, "error", err)
 	}
 	if check.Class == failures.Delivered {
-		return true, ""
+		return setupResult{passed: true}
 	}
-	return false, check.Message
+	return setupResult{message: check.Message}
+}
+
+// recordCheck stores a pending destination's setup check for its card, with the next
+// check at next, and returns the status after (active when it passed). A check the STS
+// budget held back keeps the card's last sentence (the last refusal: what the customer
+// must fix) and moves only the next check's time; with no check stored yet it says so.
+func (d *Dispatcher) recordCheck(ctx context.Context, dest destination.Destination, res setupResult, next time.Time) (string, error) {
+	now := d.opts.Now().UTC()
+	check := store.PendingCheck{At: now, Message: res.message, NextCheck: next.UTC()}
+	if res.held > 0 {
+		st, err := d.opts.Store.LoadState(ctx, ref(dest))
+		if err != nil {
+			return "", err
+		}
+		if st.Pending != nil && st.Pending.Message != "" {
+			check.At, check.Message = st.Pending.At, st.Pending.Message
+		} else {
+			check.Message = "the setup check has not run yet: the relay paces its calls to AWS STS and runs it at " +
+				next.UTC().Format(time.RFC3339)
+		}
+	}
+	return d.opts.Store.SetupChecked(ctx, ref(dest), res.passed, check, d.opts.Delivery.ChannelRetention)
 }
 
 // setupRefused records a definite refusal of dest's setup: its reason for the card
@@ -298,6 +343,19 @@ func (d *Dispatcher) setupRefused(ctx context.Context, dest destination.Destinat
 	d.opts.Metrics.SetupRefused.WithLabelValues(reason).Inc()
 	d.opts.Logger.Warn("setup refused for a security reason; the destination stays pending", "destination", dest.ID,
 		"account", dest.Account, "reason", reason)
+}
+
+// HeldBack is Test's error when the relay's own pacing of STS calls (aws.sts_budget)
+// kept the test from running: nothing was sent or recorded, and it can run after Wait.
+type HeldBack struct{ Wait time.Duration }
+
+func (h HeldBack) Error() string {
+	return fmt.Sprintf("the relay paces its calls to AWS STS for this destination: send a test again in %s", retryIn(h.Wait))
+}
+
+// retryIn is d rounded up to a whole second, at least one.
+func retryIn(d time.Duration) time.Duration {
+	return max(time.Second, (d + time.Second - 1).Truncate(time.Second))
 }
 
 // checker is a Sink that can check its destination's setup on demand: the AWS sinks

@@ -78,6 +78,9 @@ type Dispatcher struct {
 	feeds      map[string]*feed                   // by account: its log as last read (feed.go)
 	committers map[string]*committer              // by account (committer.go)
 	ended      atomic.Bool                        // Run returned: commits give up on an unreachable Redis sooner
+	// rebalance asks Run for a lease round now: a reload added or redefined destinations,
+	// whose workers start at once rather than at the next tick.
+	rebalance chan struct{}
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -109,7 +112,7 @@ func New(opts Options) *Dispatcher {
 	}
 	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{},
 		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
-		feeds: map[string]*feed{}, committers: map[string]*committer{}}
+		feeds: map[string]*feed{}, committers: map[string]*committer{}, rebalance: make(chan struct{}, 1)}
 	d.SetAccounts(opts.Accounts)
 	return d
 }
@@ -178,7 +181,18 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 			d.resync(ctx, old, "the destination was removed from config; its state is kept")
 		}
 	}
+	d.kickBalance() // the new destinations' workers start now, not at the next tick
 	return nil
+}
+
+// kickBalance asks Run for a lease round now (kicks while one is due coalesce): a reload
+// added destinations, or a redefined destination's old worker ended, so its new one
+// starts at once rather than at the next tick.
+func (d *Dispatcher) kickBalance() {
+	select {
+	case d.rebalance <- struct{}{}:
+	default:
+	}
 }
 
 // resync tells the destination's and the account's watchers to load a new snapshot.
@@ -228,6 +242,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			_ = d.opts.Store.Leave(context.WithoutCancel(ctx), d.opts.Owner)
 			return nil
 		case <-tick.C:
+		case <-d.rebalance:
 		}
 	}
 }

@@ -87,7 +87,7 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	for _, dest := range candidates {
 		refs = append(refs, ref(dest))
 	}
-	free, err := d.opts.Store.LeasesFree(ctx, refs)
+	free, err := d.opts.Store.LeasesFree(ctx, refs, d.opts.Owner)
 	if err != nil {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/sinks/eventbridge"
@@ -21,11 +22,14 @@ import (
 
 // TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPolicyIsSet:
 // a bus is added by config before the customer created its role. It starts pending; 30
-// events arrive while STS denies the role and the setup check keeps failing; it is
-// never disabled and nothing counts. Once the trust policy is in place the next check
-// makes it active and the 30 arrive, in publish order, then new ones.
+// events arrive while STS denies the role and the setup check keeps failing, far more
+// often than the STS budget lets through: it is never disabled, nothing counts, and the
+// card keeps saying what the customer must fix (the trust policy), never the relay's own
+// pacing. Once the trust policy is in place the next check makes it active and the 30
+// arrive, in publish order, then new ones.
 func TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPolicyIsSet(t *testing.T) {
-	sts, eb, sink := eventBridgeBehindSTS(t)
+	budget := config.STSBudget{PerDestination: config.Rate{Count: 4, Per: 4 * time.Second}, PerAccount: config.Rate{Count: 8, Per: 4 * time.Second}}
+	sts, eb, sink := eventBridgeBehindSTSWith(t, budget)
 
 	dest := bus("orders", "111122223333")
 	dest.PinnedExternalID = "ext-pending-1"
@@ -34,18 +38,28 @@ func TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPo
 	if st := r.state("orders"); st.Status != store.Pending {
 		t.Fatalf("a destination added by config is %s, want pending", st.Status)
 	}
+	started := time.Now()
 	r.start()
 	before := r.publish(slices.Repeat([]string{"job.completed"}, 30)...)
-	// Well past disable_after (20) checks fail while the role does not exist.
-	waitFor(t, "checks failing and saying what is missing", func() bool {
-		st := r.state("orders")
-		return countIn(r.channelTypes(store.DestinationChannel("orders")), "destination.checked") >= 25 &&
-			st.Pending != nil && st.Pending.Message != ""
-	})
+	// Checks are due every 10 to 40 ms; the budget lets one through every 2 s, so most
+	// are held back by it, and the card's sentence must outlast them.
+	waitFor(t, "the budget spent twice over by failing checks", func() bool { return len(sts.Requests()) >= 8 })
 	st := r.state("orders")
 	if st.Status != store.Pending || st.ConsecutiveFailures != 0 || len(eb.Entries()) != 0 {
 		t.Fatalf("while the role is missing: %s, %d in a row, %d written; want pending, 0, 0",
 			st.Status, st.ConsecutiveFailures, len(eb.Entries()))
+	}
+	if st.Pending == nil || !strings.Contains(st.Pending.Message, "AWS refused to let the relay assume role") ||
+		!strings.Contains(st.Pending.Message, "trust policy") || !strings.Contains(st.Pending.Message, dest.PinnedExternalID) ||
+		strings.Contains(st.Pending.Message, "paces") {
+		t.Fatalf("the card's pending after the budget held checks back: %+v; want the trust policy's refusal, with the ExternalId", st.Pending)
+	}
+	if !st.Pending.NextCheck.After(time.Now()) {
+		t.Errorf("the card's next check %s is not ahead: it says when the next check runs", st.Pending.NextCheck)
+	}
+	elapsed := time.Since(started)
+	if n, most := len(sts.Requests()), budget.PerDestination.Count+int(float64(budget.PerDestination.Count)*elapsed.Seconds()/budget.PerDestination.Per.Seconds()); n > most {
+		t.Errorf("STS saw %d calls in %s, want at most the budget's %d", n, elapsed.Round(time.Millisecond), most)
 	}
 	t.Logf("the card says: %s", st.Pending.Message)
 
@@ -176,10 +190,16 @@ func TestPendingDestinationWhoseRoleLetsAWrongExternalIDInIsMarkedRefusedForSecu
 // of its STS, and the real sink reaching both as the relay's principal.
 func eventBridgeBehindSTS(t *testing.T) (*awstest.STS, *awstest.EventBridge, *eventbridge.Sink) {
 	t.Helper()
+	return eventBridgeBehindSTSWith(t, config.STSBudget{})
+}
+
+// eventBridgeBehindSTSWith is eventBridgeBehindSTS with an STS budget (zero: the default).
+func eventBridgeBehindSTSWith(t *testing.T, budget config.STSBudget) (*awstest.STS, *awstest.EventBridge, *eventbridge.Sink) {
+	t.Helper()
 	sts := awstest.NewSTS(t)
 	eb := awstest.NewEventBridge(t)
 	eb.RequireSessionFrom(sts)
 	ours := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDOURS", "ours", "")}
-	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap"})
+	a := assume.New(assume.Options{STS: assume.NewSTSClient(ours, sts.URL), IdentityName: "mercamap", Budget: budget})
 	return sts, eb, eventbridge.New(eventbridge.Options{AWS: ours, Assumer: a, IdentityName: "mercamap", Endpoint: eb.URL})
 }

@@ -74,9 +74,8 @@ func (w *worker) done() bool {
 	}
 }
 
-// wake tells a worker its account's log grew, or its destination changed: a parked one
-// is queued; one in backoff keeps waiting (a change marked its state stale, which its
-// next pass reads first).
+// wake tells a worker its account's log grew: a parked one is queued; one in backoff
+// keeps waiting (new events do not shorten a backoff or a setup check's wait).
 func (w *worker) wake() {
 	l := &w.life
 	l.mu.Lock()
@@ -86,6 +85,23 @@ func (w *worker) wake() {
 		w.queueLocked()
 	case running:
 		l.woken = true // the pass may have read the log before the news: it runs again
+	}
+}
+
+// changed tells a worker its stored state changed (a control entry, an API call on this
+// replica): it reads the state before any write, and is queued even from a backoff, so
+// a pending destination that a test, an activation or another replica's setup check made
+// active delivers at once rather than at its next scheduled check.
+func (w *worker) changed() {
+	w.markStale()
+	l := &w.life
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.state {
+	case parked, backoff:
+		w.queueLocked()
+	case running:
+		l.woken = true
 	}
 }
 
@@ -226,4 +242,7 @@ func (w *worker) end() {
 		l.timer = nil
 	}
 	close(l.finished)
+	if l.stopped {
+		w.d.kickBalance() // a redefined destination's new worker may start now
+	}
 }

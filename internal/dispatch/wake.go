@@ -147,10 +147,8 @@ func (d *Dispatcher) controlled(c store.Control) {
 		if err := d.opts.Store.Ack(context.Background(), c.Account, c.Ack, w.token, inFlight); err != nil {
 			d.opts.Logger.Warn("status change not answered", "destination", c.Destination, "error", err)
 		}
-	} else {
-		w.markStale()
 	}
-	w.wake()
+	w.changed()
 }
 
 // staleAll makes every worker of acct read its state before its next write, and wakes it.
@@ -158,8 +156,7 @@ func (d *Dispatcher) staleAll(acct string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for w := range d.accounts[acct] {
-		w.markStale()
-		w.wake()
+		w.changed()
 	}
 }
 
@@ -179,8 +176,7 @@ func (d *Dispatcher) touch(id string) {
 	w := d.workers[id]
 	d.mu.Unlock()
 	if w != nil {
-		w.markStale()
-		w.wake()
+		w.changed()
 	}
 }
 

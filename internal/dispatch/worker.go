@@ -53,6 +53,10 @@ type worker struct {
 
 	retrying string        // the log id of the message in not-taken backoff, if any
 	backoff  time.Duration // its next backoff
+	// holdUntil is when that message may be sent again. A pass that runs before (a state
+	// change queued the worker) waits out the rest, unless the change was a real one (the
+	// control version moved: an activation, a test that passed), which sends it at once.
+	holdUntil time.Time
 	// nextCheck is when a pending destination's setup check runs next (zero: at once),
 	// checkEvery the wait after the next failure.
 	nextCheck  time.Time
@@ -162,6 +166,9 @@ func (w *worker) load(ctx context.Context, log *slog.Logger) error {
 	}
 	w.fence.Lock()
 	w.halted = false // the state read now is the one the status change left
+	if st.Control > w.control {
+		w.holdUntil = time.Time{} // something changed the destination: a held message goes now
+	}
 	w.control = max(w.control, st.Control)
 	w.status = st.Status
 	w.fence.Unlock()
@@ -219,29 +226,37 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 // checkSetup runs a pending destination's setup check (probe and session for AWS, the
 // label read for Pub/Sub) and records it: the first that passes makes it active, and
 // the next pass delivers from the point it was added. A failure counts nothing; the
-// next check runs after delivery.setup_check, doubling up to its max.
+// next check runs after delivery.setup_check, doubling up to its max. A check the STS
+// budget held back runs once the budget allows, and the card keeps its last sentence.
 func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool) {
 	cfg := w.d.opts.Delivery.SetupCheck
 	if w.checkEvery == 0 {
 		w.checkEvery = cfg.Initial
 	}
-	passed, msg := w.d.checkSetup(ctx, w.dest)
+	res := w.d.checkSetup(ctx, w.dest)
 	now := w.d.opts.Now()
 	next := now.Add(w.checkEvery)
-	status, err := w.d.opts.Store.SetupChecked(ctx, ref(w.dest), passed,
-		store.PendingCheck{At: now.UTC(), Message: msg, NextCheck: next.UTC()}, w.d.opts.Delivery.ChannelRetention)
+	if res.held > 0 {
+		next = now.Add(res.held) // not a failure: the wait does not double
+	}
+	status, err := w.d.recordCheck(ctx, w.dest, res, next)
 	if err != nil {
 		log.Warn("setup check not recorded", "error", err)
 		w.nextCheck = now.Add(time.Second)
 		return false
 	}
 	w.markStale() // the status it left (active, or changed meanwhile) is read next
-	if passed {
+	switch {
+	case res.passed:
 		log.Info("setup check passed; the destination is active", "status", status)
 		w.nextCheck, w.checkEvery = time.Time{}, 0
 		return true
+	case res.held > 0:
+		log.Info("setup check held back by the STS budget", "next_check", next)
+		w.nextCheck = next
+		return false
 	}
-	log.Info("setup check failed; the destination stays pending", "message", msg, "next_check", next)
+	log.Info("setup check failed; the destination stays pending", "message", res.message, "next_check", next)
 	w.nextCheck, w.checkEvery = next, min(2*w.checkEvery, cfg.Max)
 	return false
 }
@@ -281,7 +296,10 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	cfg := w.d.opts.Delivery
 	msg := w.d.message(dest, e)
 	if w.retrying != e.ID { // a message's backoff starts over; another's does not carry on
-		w.retrying, w.backoff = e.ID, cfg.NotTakenBackoff.Initial
+		w.retrying, w.backoff, w.holdUntil = e.ID, cfg.NotTakenBackoff.Initial, time.Time{}
+	}
+	if wait := w.holdUntil.Sub(w.d.opts.Now()); wait > 0 {
+		return idleFor{pause: wait} // queued by a change that did not release it: the backoff stands
 	}
 	arrived := store.EntryTime(e.ID)
 	if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
@@ -342,11 +360,17 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	if until := failures.Wait(sendErr); until > 0 {
 		// The sink knows when the next attempt can be taken (a spent STS budget, a
 		// session backoff): wait exactly that, without doubling the backoff for it.
-		return idleFor{pause: until}
+		return w.hold(until)
 	}
 	wait := w.backoff
 	w.backoff = min(2*wait, cfg.NotTakenBackoff.Max)
-	return idleFor{pause: wait/2 + rand.N(wait/2+1)}
+	return w.hold(wait/2 + rand.N(wait/2+1))
+}
+
+// hold keeps the message just not taken back for pause.
+func (w *worker) hold(pause time.Duration) idleFor {
+	w.holdUntil = w.d.opts.Now().Add(pause)
+	return idleFor{pause: pause}
 }
 
 // stopAfter reports errStop when a commit found the destination not active, or its

@@ -39,6 +39,10 @@ type Error struct {
 	// Reason, on a rejection, is the code of a security reason (ReasonExternalIDNotEnforced):
 	// not a setup step missing but a setup that would let others in. "" for none.
 	Reason string
+	// Held, on a not-taken error, says the relay's own pacing held the attempt back
+	// (the STS budget) and nothing was sent: it says nothing of the customer's setup, so
+	// a pending card keeps its last refusal and "send a test" answers when to try again.
+	Held bool
 }
 
 // ReasonExternalIDNotEnforced: the role let the probe in with a wrong ExternalId, so
@@ -64,6 +68,22 @@ func NewNotTaken(message string, err error) error {
 // succeed before wait has passed.
 func NewNotTakenFor(message string, wait time.Duration, err error) error {
 	return &Error{Class: NotTaken, Message: message, Err: err, Wait: wait}
+}
+
+// NewHeldBack says the relay's own pacing held the attempt back for wait: nothing was
+// sent. message is the card's sentence for a write held back (not taken).
+func NewHeldBack(message string, wait time.Duration) error {
+	return &Error{Class: NotTaken, Message: message, Wait: wait, Held: true}
+}
+
+// HeldBack reports whether err is the relay's own pacing holding an attempt back
+// (NewHeldBack), and for how long.
+func HeldBack(err error) (time.Duration, bool) {
+	var fe *Error
+	if errors.As(err, &fe) && fe.Class == NotTaken && fe.Held {
+		return fe.Wait, true
+	}
+	return 0, false
 }
 
 // Wait is how long err's producer said the next attempt must wait; 0 when it said nothing.

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -136,21 +138,24 @@ func (s *Store) RenewLeases(ctx context.Context, refs []Ref, owner string, ttl t
 	return out, nil
 }
 
-// LeasesFree reports, for each destination, whether no replica holds its lease now.
-func (s *Store) LeasesFree(ctx context.Context, refs []Ref) ([]bool, error) {
+// LeasesFree reports, for each destination, whether owner may take its lease now: no
+// replica holds it, or owner itself does (a worker it stopped for a redefinition: the
+// lease is taken back at once rather than after it runs out).
+func (s *Store) LeasesFree(ctx context.Context, refs []Ref, owner string) ([]bool, error) {
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(refs))
+	cmds := make([]*redis.StringCmd, len(refs))
 	for i, r := range refs {
-		cmds[i] = pipe.Exists(ctx, leaseKey(r.Account, r.ID))
+		cmds[i] = pipe.Get(ctx, leaseKey(r.Account, r.ID))
 	}
 	if len(refs) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
 	}
 	out := make([]bool, len(refs))
 	for i, c := range cmds {
-		out[i] = c.Val() == 0
+		v, err := c.Result()
+		out[i] = errors.Is(err, redis.Nil) || (err == nil && strings.HasPrefix(v, owner+"|"))
 	}
 	return out, nil
 }

@@ -315,25 +315,27 @@ func TestRoleTrustingAnyRelayExternalIDIsRejectedAndNothingIsWritten(t *testing.
 	}
 }
 
-// TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshOne: the bus answers
-// ExpiredToken (our session ran out early) or AccessDenied (its permissions changed, or
-// its sessions were revoked) for the cached session: the next write does not reuse it,
-// it takes a new session and is signed with that one. The probe that passed stands for
-// its lifetime (a refused write says nothing of the trust policy), so no second probe.
-// After AccessDenied the new session first waits out the session backoff: the write in
-// between is not taken, says how long, and costs STS nothing.
-func TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshOne(t *testing.T) {
+// TestOnlyAnExpiredOrUnknownTokenDropsTheSession: the bus refusing our token (expired,
+// or one it does not recognise) drops the cached session: the next write takes a new one,
+// its own probe first, and is signed with it; the refusal is not taken. The bus refusing
+// the write for the role's permissions (AccessDeniedException, as an error or an entry's
+// code) keeps the session: it is a rejection, and the next write is signed with the same
+// session at once, with no STS call (AWS checks the permissions at each request).
+func TestOnlyAnExpiredOrUnknownTokenDropsTheSession(t *testing.T) {
 	for _, refusal := range []struct {
-		name    string
-		fail    func(e env)
-		class   failures.Class
-		backoff bool
+		name  string
+		fail  func(e env)
+		class failures.Class
+		drop  bool
 	}{
 		{"ExpiredTokenException", func(e env) {
 			e.bus.FailNext(1, awstest.Failure{Status: 400, Code: "ExpiredTokenException", Message: "The security token included in the request is expired"})
-		}, failures.NotTaken, false},
-		{"AccessDeniedException", func(e env) { e.bus.FailNext(1, awstest.AccessDeniedException) }, failures.Rejected, true},
-		{"entry AccessDeniedException", func(e env) { e.bus.FailEntries(1, "AccessDeniedException", "not authorized") }, failures.Rejected, true},
+		}, failures.NotTaken, true},
+		{"UnrecognizedClientException", func(e env) {
+			e.bus.FailNext(1, awstest.Failure{Status: 400, Code: "UnrecognizedClientException", Message: "The security token included in the request is invalid."})
+		}, failures.NotTaken, true},
+		{"AccessDeniedException", func(e env) { e.bus.FailNext(1, awstest.AccessDeniedException) }, failures.Rejected, false},
+		{"entry AccessDeniedException", func(e env) { e.bus.FailEntries(1, "AccessDeniedException", "not authorized") }, failures.Rejected, false},
 	} {
 		t.Run(refusal.name, func(t *testing.T) {
 			e := newEnv(t, nil)
@@ -344,25 +346,22 @@ func TestASessionTheBusRefusesIsDroppedAndTheNextWriteTakesAFreshOne(t *testing.
 			if got := failures.Classify(e.send(t, sinktest.Message(e.dest, 1))).Class; got != refusal.class {
 				t.Fatalf("refused write classified %s, want %s", got, refusal.class)
 			}
-			err := e.send(t, sinktest.Message(e.dest, 2))
-			if refusal.backoff {
-				o := failures.Classify(err)
-				if o.Class != failures.NotTaken || failures.Wait(err) <= 0 || !strings.Contains(o.Message, "was refused") || len(e.sts.Requests()) != 2 {
-					t.Fatalf("the write right after the refusal: %+v (wait %s, %d STS calls), want not taken, waiting, no STS call",
-						o, failures.Wait(err), len(e.sts.Requests()))
-				}
-				time.Sleep(failures.Wait(err))
-				err = e.send(t, sinktest.Message(e.dest, 2))
-			}
-			if err != nil {
-				t.Fatal(err)
+			if err := e.send(t, sinktest.Message(e.dest, 2)); err != nil {
+				t.Fatalf("the write right after the refusal: %v", err)
 			}
 			reqs, entries := e.sts.Requests(), e.read(t, 2)
-			if len(reqs) != 3 || !reqs[2].Granted || reqs[2].ExternalID != extID {
-				t.Fatalf("after the refusal STS saw %d calls %+v, want one new session under the probe that passed", len(reqs), reqs)
+			if !refusal.drop {
+				if len(reqs) != 2 || entries[1].AccessKeyID != entries[0].AccessKeyID {
+					t.Fatalf("after the refusal STS saw %d calls and the write was signed with %s (first %s), want the same session and no STS call",
+						len(reqs), entries[1].AccessKeyID, entries[0].AccessKeyID)
+				}
+				return
 			}
-			if entries[1].AccessKeyID != reqs[2].AccessKeyID || entries[1].AccessKeyID == entries[0].AccessKeyID {
-				t.Fatalf("the write after the refusal was signed with %s, want the new session %s", entries[1].AccessKeyID, reqs[2].AccessKeyID)
+			if len(reqs) != 4 || reqs[2].Granted || reqs[2].ExternalID == extID || !reqs[3].Granted || reqs[3].ExternalID != extID {
+				t.Fatalf("after the refusal STS saw %d calls %+v, want a denied probe, then one new session", len(reqs), reqs)
+			}
+			if entries[1].AccessKeyID != reqs[3].AccessKeyID || entries[1].AccessKeyID == entries[0].AccessKeyID {
+				t.Fatalf("the write after the refusal was signed with %s, want the new session %s", entries[1].AccessKeyID, reqs[3].AccessKeyID)
 			}
 		})
 	}
