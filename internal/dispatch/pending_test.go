@@ -68,15 +68,9 @@ func TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPo
 	waitFor(t, "the 30 events on the bus", func() bool { return len(eb.Entries()) >= 30 })
 	after := r.publish("job.completed", "job.completed")
 	waitFor(t, "the new events", func() bool { return len(eb.Entries()) >= 32 })
-	var got []string
-	for _, e := range eb.Entries() {
-		var body struct {
-			EventID string `json:"event_id"`
-		}
-		if err := json.Unmarshal([]byte(e.Detail), &body); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, body.EventID)
+	got, err := eb.EventIDs(dest.BusARN)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if want := slices.Concat(before, after); !slices.Equal(got, want) {
 		t.Fatalf("the bus got %v, want the 30 in publish order, then the 2 new ones", got)
