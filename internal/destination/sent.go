@@ -25,9 +25,10 @@ type KinesisRecord struct {
 	Data         string `json:"data"`
 }
 
-// PubSubMessage is one published message: its data and attributes.
+// PubSubMessage is one published message: its data, attributes and ordering key.
 type PubSubMessage struct {
-	Topic      string            `json:"topic"`
-	Data       string            `json:"data"`
-	Attributes map[string]string `json:"attributes"`
+	Topic       string            `json:"topic"`
+	Data        string            `json:"data"`
+	Attributes  map[string]string `json:"attributes"`
+	OrderingKey string            `json:"ordering_key"`
 }

@@ -738,8 +738,8 @@ function detailView(d) {
       row(t('sentData'), pre(k.data, 'data')));
   } else if (s && s.pubsub) {
     const p = s.pubsub;
-    rows.push(row(t('sentTopic'), el('code', {}, p.topic)), row(t('sentData'), pre(p.data, 'data')),
-      row(t('sentAttributes'), pre(JSON.stringify(p.attributes || {}), 'attributes')));
+    rows.push(row(t('sentTopic'), el('code', {}, p.topic)), row(t('sentOrderingKey'), el('code', { 'data-sent': 'ordering-key' }, p.ordering_key || '')),
+      row(t('sentData'), pre(p.data, 'data')), row(t('sentAttributes'), pre(JSON.stringify(p.attributes || {}), 'attributes')));
   } else {
     rows.push(row(t('detailTitle'), el('span', { class: 'help' }, d.sent_note || t('detailNone'))));
   }

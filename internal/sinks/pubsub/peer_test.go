@@ -138,7 +138,7 @@ func (p *peer) received(t *testing.T, d destination.Destination) []sinktest.Rece
 		if err := json.Unmarshal(m.Data, &body); err != nil {
 			t.Fatalf("message %s: data is not a JSON object: %v: %s", m.ID, err, m.Data)
 		}
-		out = append(out, sinktest.Received{Body: body, Attributes: m.Attributes})
+		out = append(out, sinktest.Received{Body: body, Attributes: m.Attributes, PartitionKey: m.OrderingKey})
 	}
 	return out
 }

@@ -31,6 +31,7 @@ import (
 const (
 	MaxRequestBytes        = 10_000_000 // one publish request, the body and attributes included
 	MaxAttributeValueBytes = 1024
+	MaxOrderingKeyBytes    = 1024 // cloud.google.com/pubsub/docs/ordering: "up to 1 KB"
 )
 
 // Options configure a Sink.
@@ -137,7 +138,8 @@ func (s *Sink) Close() error {
 
 // publishRequest maps m onto one Pub/Sub message: data = the body; attributes
 // event_type, event_id, event_version (ce-schemaversion) and store_id when the event
-// names a store. It refuses what Pub/Sub would always refuse.
+// names a store; the ordering key is the store id (the account id for an event without
+// one). It refuses what Pub/Sub would always refuse.
 func publishRequest(d destination.Destination, m destination.Message) (*pubsubpb.PublishRequest, error) {
 	attrs := map[string]string{
 		"event_type":    m.Type,
@@ -160,9 +162,21 @@ func publishRequest(d destination.Destination, m destination.Message) (*pubsubpb
 				k, d.TopicName()), nil)
 		}
 	}
+	// One store's events share an ordering key, as Kinesis uses the store id as the
+	// partition key: a subscription with message ordering on receives them in the order
+	// the relay published them (one at a time, each acked before the next). Publish is
+	// the plain RPC, so a failed publish pauses nothing: the retry is sent as it is.
+	key := m.StoreID
+	if key == "" {
+		key = m.Account
+	}
+	if len(key) > MaxOrderingKeyBytes {
+		return nil, failures.NewRejected(fmt.Sprintf("the event's store id is %d bytes, over Pub/Sub's limit of %d bytes for an ordering key: topic %s cannot take it",
+			len(key), MaxOrderingKeyBytes, d.TopicName()), nil)
+	}
 	req := &pubsubpb.PublishRequest{
 		Topic:    d.TopicName(),
-		Messages: []*pubsubpb.PubsubMessage{{Data: m.Body(), Attributes: attrs}},
+		Messages: []*pubsubpb.PubsubMessage{{Data: m.Body(), Attributes: attrs, OrderingKey: key}},
 	}
 	if n := proto.Size(req); n > MaxRequestBytes {
 		return nil, failures.NewRejected(fmt.Sprintf("the event is %d bytes as a publish request, over Pub/Sub's limit of %d bytes (10 MB): topic %s cannot take it",

@@ -13,5 +13,5 @@ func (s *Sink) Render(d destination.Destination, m destination.Message) (destina
 	}
 	msg := req.Messages[0]
 	return destination.Sent{Connector: string(destination.PubSub), PubSub: &destination.PubSubMessage{
-		Topic: req.Topic, Data: string(msg.Data), Attributes: msg.Attributes}}, nil
+		Topic: req.Topic, Data: string(msg.Data), Attributes: msg.Attributes, OrderingKey: msg.OrderingKey}}, nil
 }

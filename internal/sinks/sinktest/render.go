@@ -39,7 +39,7 @@ func testRender(t *testing.T, b Backend) {
 	case sent.Kinesis != nil:
 		text, key = sent.Kinesis.Data, sent.Kinesis.PartitionKey
 	case sent.PubSub != nil:
-		text, attrs = sent.PubSub.Data, sent.PubSub.Attributes
+		text, attrs, key = sent.PubSub.Data, sent.PubSub.Attributes, sent.PubSub.OrderingKey
 	default:
 		t.Fatalf("render gave no connector's part: %+v", sent)
 	}

@@ -45,7 +45,7 @@ type Fault struct {
 type Received struct {
 	Body         map[string]any    // the decoded JSON the receiver got
 	Attributes   map[string]string // Pub/Sub attributes; nil for a bus that has none
-	PartitionKey string            // Kinesis; "" elsewhere
+	PartitionKey string            // Kinesis's partition key, Pub/Sub's ordering key; "" elsewhere
 }
 
 // Run runs the suite; newBackend is called once per subtest.
