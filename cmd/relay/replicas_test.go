@@ -35,6 +35,8 @@ type replicaSet struct {
 	exchange, queue    string
 	redisURL           string
 	bus                *awstest.EventBridge
+	sts                *awstest.STS // enforces roleARN's trust policy (see replicaOptions.untrusted)
+	roleARN            string
 	procs              []*exec.Cmd
 	apis               []string // http://127.0.0.1:port of each process
 	metrics            []string // and of its operator listener (/metrics)
@@ -54,15 +56,30 @@ const (
 
 func startReplicas(t *testing.T, n int) *replicaSet {
 	t.Helper()
+	return startReplicasWith(t, n, replicaOptions{})
+}
+
+// replicaOptions configures startReplicasWith; the zero value is startReplicas.
+type replicaOptions struct {
+	setupCheck string // delivery.setup_check's value; "" is {initial: 20ms, max: 200ms}
+	untrusted  bool   // the role does not trust us at start: the test calls rs.trustRole()
+}
+
+func startReplicasWith(t *testing.T, n int, o replicaOptions) *replicaSet {
+	t.Helper()
+	if o.setupCheck == "" {
+		o.setupCheck = "{initial: 20ms, max: 200ms}  # a pending destination is checked again soon"
+	}
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	sts, bus := awstest.NewSTS(t), awstest.NewEventBridge(t)
 	bus.RequireSessionFrom(sts)
 	bin := buildRelay(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	rs := &replicaSet{t: t, exchange: "relay-test-replicas-" + suffix, queue: "relay-test-replicas-" + suffix,
-		redisURL: redisURL, bus: bus, killed: map[int]bool{}}
+		redisURL: redisURL, bus: bus, sts: sts, killed: map[int]bool{}}
 	rs.key, _ = hex.DecodeString(testKeyHex)
 	const roleARN = "arn:aws:iam::111122223333:role/relay-delivery"
+	rs.roleARN = roleARN
 	_, rs.ch = brokerChannel(t, amqpURL, rs.queue)
 	for range n {
 		listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
@@ -83,7 +100,7 @@ aws:
 delivery:
   lease_ttl: 1s
   not_taken_backoff: {initial: 10ms, max: 200ms}
-  setup_check: {initial: 20ms, max: 200ms}  # a pending destination is checked again soon
+  setup_check: %s
 accounts:
   - {id: acct_1, tenants: [single-tenant]}
 destinations:
@@ -92,7 +109,7 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: %s
-`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, sts.URL, bus.URL, roleARN)), 0o600); err != nil {
+`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, sts.URL, bus.URL, o.setupCheck, roleARN)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)
@@ -100,7 +117,9 @@ destinations:
 		rs.metrics = append(rs.metrics, "http://"+metricsListen)
 	}
 
-	sts.RequireExternalID(roleARN, issuedExternalID(t, redisURL, "acct_1", "orders-bus"))
+	if !o.untrusted {
+		rs.trustRole()
+	}
 	// The broker counts only the active consumer of the queue; each process says it subscribed.
 	for i, logs := range rs.logs {
 		waitUntil(t, 60*time.Second, fmt.Sprintf("relay %d consuming", i), func() bool {
@@ -111,6 +130,13 @@ destinations:
 		t.Fatal(err)
 	}
 	return rs
+}
+
+// trustRole is the customer writing the role's trust policy with the destination's
+// ExternalId, as issued.
+func (rs *replicaSet) trustRole() {
+	rs.t.Helper()
+	rs.sts.RequireExternalID(rs.roleARN, issuedExternalID(rs.t, rs.redisURL, "acct_1", "orders-bus"))
 }
 
 // publish sends events from..to-1 in one stream on one channel, keeping up to window

@@ -81,6 +81,9 @@ type Dispatcher struct {
 	// rebalance asks Run for a lease round now: a reload added or redefined destinations,
 	// whose workers start at once rather than at the next tick.
 	rebalance chan struct{}
+	// rewatch tells the log watcher that a lease round took the first lease of an
+	// account: its log is followed now, not at the watcher's next look.
+	rewatch chan struct{}
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -112,7 +115,7 @@ func New(opts Options) *Dispatcher {
 	}
 	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{},
 		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
-		feeds: map[string]*feed{}, committers: map[string]*committer{}, rebalance: make(chan struct{}, 1)}
+		feeds: map[string]*feed{}, committers: map[string]*committer{}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
 	d.SetAccounts(opts.Accounts)
 	return d
 }

@@ -21,9 +21,9 @@ const followCount = 256
 // leases in: one blocking read per group of accounts (store.LogGroups: all of them on
 // one server, one hash slot's on Redis Cluster). The entries it reads go into each
 // account's feed for all its destinations, and wake them; the control entries reach the
-// worker they name. Every Poll (at most a second) it looks at the leases held then: an
-// account whose first lease was just taken is followed from then on, one with none left
-// is no longer read. This is the replica's only loop: nothing runs per destination.
+// worker they name. Every Poll (at most a second), and at once when a lease round took
+// an account's first lease, it looks at the leases held then: an account whose first
+// lease was just taken is followed from then on, one with none left is no longer read. This is the replica's only loop: nothing runs per destination.
 func (d *Dispatcher) watchLogs(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -56,7 +56,13 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 				delete(running, key)
 			}
 		}
-		sleep(ctx, min(d.opts.Poll, time.Second))
+		t := time.NewTimer(min(d.opts.Poll, time.Second))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-d.rewatch: // a first lease in an account: follow it now
+		}
+		t.Stop()
 	}
 }
 
@@ -180,13 +186,18 @@ func (d *Dispatcher) touch(id string) {
 	}
 }
 
-// addWorker lists w as the worker of its destination; d.mu is held.
+// addWorker lists w as the worker of its destination; d.mu is held. The first worker
+// of an account has the log watcher follow its log at once.
 func (d *Dispatcher) addWorker(w *worker) {
 	d.workers[w.dest.ID] = w
 	acct := d.accounts[w.dest.Account]
 	if acct == nil {
 		acct = map[*worker]struct{}{}
 		d.accounts[w.dest.Account] = acct
+		select {
+		case d.rewatch <- struct{}{}:
+		default:
+		}
 	}
 	acct[w] = struct{}{}
 }

@@ -54,7 +54,7 @@ var awsRules = map[string]rule{
 	// Rejected: something on the customer's side must change.
 	"AccessDenied": {Rejected, "the role could not be assumed",
 		"check that the role's trust policy lets our principal assume it with this destination's ExternalId"},
-	"AccessDeniedException": {Rejected, "the bus refused the write: the role's permissions do not allow it",
+	"AccessDeniedException": {Rejected, "the bus or stream refused the write: the role's permissions do not allow it",
 		"check the role's permissions policy"},
 	"ResourceNotFoundException": {Rejected, "the bus or stream does not exist",
 		"check the ARN on the destination"},

@@ -174,7 +174,7 @@ func TestAWSSentencesSayWhatToFix(t *testing.T) {
 		{"access denied exception", &smithy.GenericAPIError{Code: "AccessDeniedException",
 			Message: "User: arn:aws:sts::123456789012:assumed-role/relay/mercamap-acct1 is not authorized to perform: events:PutEvents on resource: " + busARN},
 			Rejected, "AccessDeniedException", []string{
-				"the bus refused the write: the role's permissions do not allow it (AccessDeniedException: User: ",
+				"the bus or stream refused the write: the role's permissions do not allow it (AccessDeniedException: User: ",
 				busARN, "— check the role's permissions policy"}},
 		{"throttle", &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate exceeded"},
 			NotTaken, "ThrottlingException", []string{
