@@ -142,6 +142,7 @@ func TestWatchPrintsTheSnapshotAndEachEventAsItIsApplied(t *testing.T) {
 type httpAnswer struct {
 	status int
 	body   string
+	header http.Header
 }
 
 func httpDo(t *testing.T, method, url, token string) httpAnswer {
@@ -156,7 +157,7 @@ func httpDo(t *testing.T, method, url, token string) httpAnswer {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return httpAnswer{status: resp.StatusCode, body: string(b)}
+	return httpAnswer{status: resp.StatusCode, body: string(b), header: resp.Header}
 }
 
 // TestServeReloadsTokensOnSIGHUPAndEndsStreamsOnSIGTERM runs the relay binary: its API

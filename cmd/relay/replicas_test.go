@@ -63,12 +63,21 @@ func startReplicas(t *testing.T, n int) *replicaSet {
 type replicaOptions struct {
 	setupCheck string // delivery.setup_check's value; "" is {initial: 20ms, max: 200ms}
 	untrusted  bool   // the role does not trust us at start: the test calls rs.trustRole()
+	api        string // more api: keys, as "key: value, …" inside its map (limits)
+	stsBudget  string // aws.sts_budget's value; "" is the default
 }
 
 func startReplicasWith(t *testing.T, n int, o replicaOptions) *replicaSet {
 	t.Helper()
 	if o.setupCheck == "" {
 		o.setupCheck = "{initial: 20ms, max: 200ms}  # a pending destination is checked again soon"
+	}
+	apiExtra, budget := "", ""
+	if o.api != "" {
+		apiExtra = ", " + o.api
+	}
+	if o.stsBudget != "" {
+		budget = "\n  sts_budget: " + o.stsBudget
 	}
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	sts, bus := awstest.NewSTS(t), awstest.NewEventBridge(t)
@@ -93,10 +102,10 @@ identity:
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
 signature: {keys: [env:TEST_HMAC_KEY]}
-api: {listen: "%s", metrics_listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}, {scope: "account:acct_1", token: env:TEST_ACCT_TOKEN}]}
+api: {listen: "%s", metrics_listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}, {scope: "account:acct_1", token: env:TEST_ACCT_TOKEN}]%s}
 aws:
   region: us-east-1
-  endpoints: {sts: %s, events: %s}
+  endpoints: {sts: %s, events: %s}%s
 delivery:
   lease_ttl: 1s
   not_taken_backoff: {initial: 10ms, max: 200ms}
@@ -109,7 +118,7 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: %s
-`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, sts.URL, bus.URL, o.setupCheck, roleARN)), 0o600); err != nil {
+`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, apiExtra, sts.URL, bus.URL, budget, o.setupCheck, roleARN)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)

@@ -192,5 +192,5 @@ func httpPost(t *testing.T, url, token, body string) httpAnswer {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return httpAnswer{status: resp.StatusCode, body: string(b)}
+	return httpAnswer{status: resp.StatusCode, body: string(b), header: resp.Header}
 }

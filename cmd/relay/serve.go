@@ -143,7 +143,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
 		Tracer:       ingestTracer,
 	})
-	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log, stsTracer)
+	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log, stsTracer, st.Limiter())
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/ratelimit"
 	"github.com/mercamap/relay/internal/sinks/eventbridge"
 	"github.com/mercamap/relay/internal/sinks/kinesis"
 	"github.com/mercamap/relay/internal/sinks/pubsub"
@@ -19,8 +20,10 @@ import (
 // (the AWS default credential chain, Google's Application Default Credentials) are
 // only looked up when a write needs them, so a relay without cloud credentials still
 // starts and shows "did not take the event" on those destinations' cards.
-// stsTracer, when set, gets a span for each STS setup.
-func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, stsTracer assume.Tracer) (map[destination.Connector]dispatch.Sink, func(), error) {
+// stsTracer, when set, gets a span for each STS setup; budget keeps the STS budget's
+// buckets (the store's, shared by every replica).
+func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, stsTracer assume.Tracer,
+	budget ratelimit.Limiter) (map[destination.Connector]dispatch.Sink, func(), error) {
 	awsCfg, err := assume.OwnConfig(ctx, cfg.AWS.Region)
 	if err != nil {
 		return nil, nil, fmt.Errorf("aws: %w", err)
@@ -32,6 +35,7 @@ func buildSinks(ctx context.Context, cfg *config.Config, reg prometheus.Register
 		IdentityName: name,
 		PrincipalARN: cfg.Identity.AWSPrincipalARN,
 		Budget:       cfg.AWS.STSBudget,
+		Limiter:      budget,
 		Backoff:      cfg.AWS.SessionBackoff,
 		Metrics:      assume.NewMetrics(reg),
 		Tracer:       stsTracer,

@@ -79,7 +79,7 @@ type Server struct {
 	httpLimits config.HTTPLimits // timeouts, body, connection and request caps: read once in New
 	requests   requests          // requests in progress per token and account
 	shed       func()            // counts a connection closed to make room
-	actions    ratelimit.Buckets // actions, replays and tests per destination and per account (ratelimit.go)
+	limiter    ratelimit.Limiter // actions, replays and tests per destination and per account (ratelimit.go)
 
 	mu         sync.Mutex
 	subs       map[*subscription]struct{}
@@ -103,6 +103,10 @@ func New(opts Options) *Server {
 			Help: "API connections closed to make room: the oldest one without a token past api.max_connections, or one of the largest holder's when the authenticated ones filled their part."})
 		opts.Registerer.MustRegister(shed)
 		s.shed = shed.Inc
+	}
+	s.limiter = &ratelimit.Local{} // a Server without Redis (a test's): this process's share
+	if opts.Store != nil {
+		s.limiter = opts.Store.Limiter() // every replica's together
 	}
 	limits := config.DefaultAPI()
 	s.limits.Store(&limits)

@@ -140,7 +140,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 		s.replayDryRun(w, r, d, point, body.AfterEvent)
 		return
 	}
-	if !s.allow(w, p, d, replayAction) {
+	if !s.allow(w, r, p, d, replayAction) {
 		return
 	}
 	res, err := s.opts.Destinations.Replay(r.Context(), d.ID, point)
@@ -193,7 +193,7 @@ type changedCard struct {
 func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principal, done string, kind action,
 	change func(context.Context, string, bool) (dispatch.Change, error)) {
 	d, ok := s.lookup(w, r, p)
-	if !ok || !s.allow(w, p, d, kind) {
+	if !ok || !s.allow(w, r, p, d, kind) {
 		return
 	}
 	res, err := change(r.Context(), d.ID, p.admin)
@@ -243,7 +243,7 @@ func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	// Each test is a probe and a session on our one AWS principal: one account's tests
 	// must not spend the STS rate every other customer's sessions need.
-	if !s.allow(w, p, d, testAction) {
+	if !s.allow(w, r, p, d, testAction) {
 		return
 	}
 	outcome, err := s.opts.Destinations.Test(r.Context(), d.ID)

@@ -3,7 +3,6 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
@@ -24,27 +23,34 @@ const (
 // Retry-After and returns false. An account token's actions take from the actions
 // buckets, its replays also from the replays ones; an admin token's (our operators,
 // acting for a customer or in an incident) are not counted, except tests: those spend
-// our STS rate whoever asks.
-func (s *Server) allow(w http.ResponseWriter, p principal, d destination.Destination, kind action) bool {
+// our STS rate whoever asks. The buckets are the account's in Redis (store.Limiter),
+// shared by every replica.
+func (s *Server) allow(w http.ResponseWriter, r *http.Request, p principal, d destination.Destination, kind action) bool {
 	lim := s.limits.Load()
 	var limits []ratelimit.Limit
 	if kind == testAction {
 		limits = append(limits, ratelimit.Limit{Key: "test:destination:" + d.ID, What: "tests for a destination", Rate: lim.TestsPerDestination},
-			ratelimit.Limit{Key: "test:account:" + d.Account, What: "tests for an account", Rate: lim.TestsPerAccount})
+			ratelimit.Limit{Key: "test:account", What: "tests for an account", Rate: lim.TestsPerAccount})
 	}
 	if !p.admin {
 		limits = append(limits, ratelimit.Limit{Key: "action:destination:" + d.ID, What: "actions for a destination", Rate: lim.ActionsPerDestination},
-			ratelimit.Limit{Key: "action:account:" + d.Account, What: "actions for an account", Rate: lim.ActionsPerAccount})
+			ratelimit.Limit{Key: "action:account", What: "actions for an account", Rate: lim.ActionsPerAccount})
 		if kind == replayAction {
 			limits = append(limits, ratelimit.Limit{Key: "replay:destination:" + d.ID, What: "replays for a destination", Rate: lim.ReplaysPerDestination},
-				ratelimit.Limit{Key: "replay:account:" + d.Account, What: "replays for an account", Rate: lim.ReplaysPerAccount})
+				ratelimit.Limit{Key: "replay:account", What: "replays for an account", Rate: lim.ReplaysPerAccount})
 		}
 	}
-	ok, wait, empty := s.actions.TakeWhich(time.Now(), limits...)
-	if !ok {
-		writeError(w, errExhausted(fmt.Sprintf("too many %s: %d per %s; try again later", empty.What, empty.Rate.Count, empty.Rate.Per), wait))
+	v, err := s.limiter.Spend(r.Context(), d.Account, 1, limits...)
+	switch {
+	case err != nil:
+		s.log.Warn("the action limits could not be read", "destination", d.ID, "error", err)
+		writeError(w, errUnavailable("the relay could not check this account's limits (Redis did not answer); nothing was changed: try again"))
+		return false
+	case !v.OK:
+		writeError(w, errExhausted(fmt.Sprintf("too many %s: %d per %s; try again later", v.Empty.What, v.Empty.Rate.Count, v.Empty.Rate.Per), v.Wait))
+		return false
 	}
-	return ok
+	return true
 }
 
 // apiLimitsOf fills what a config left at zero (a test's hand-made config) with the

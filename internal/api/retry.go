@@ -22,7 +22,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request, p principal) {
 	if !ok {
 		return
 	}
-	if !s.allow(w, p, d, plainAction) {
+	if !s.allow(w, r, p, d, plainAction) {
 		return
 	}
 	req, err := s.opts.Destinations.Retry(r.Context(), d.ID, n)

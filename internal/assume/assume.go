@@ -39,6 +39,9 @@ type Options struct {
 	// Budget caps the STS calls (probes and sessions) of each destination and each
 	// account (aws.sts_budget); zero: config.DefaultSTSBudget.
 	Budget config.STSBudget
+	// Limiter keeps the budget's buckets: store.Limiter shares them between replicas;
+	// nil keeps them in this process, on Now.
+	Limiter ratelimit.Limiter
 	// Backoff is the wait before a destination's next session after a refused one
 	// (aws.session_backoff); zero: 1 s doubling up to 2 min.
 	Backoff config.Backoff
@@ -57,7 +60,6 @@ type Tracer interface {
 // It is safe for concurrent use.
 type Assumer struct {
 	o        Options
-	budget   ratelimit.Buckets // by "destination:<id>" and "account:<id>"
 	mu       sync.Mutex
 	sessions map[string]*cached // by destination id
 }
@@ -101,6 +103,9 @@ func New(o Options) *Assumer {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
+	}
+	if o.Limiter == nil {
+		o.Limiter = &ratelimit.Local{Now: o.Now}
 	}
 	return &Assumer{o: o, sessions: map[string]*cached{}}
 }
@@ -157,15 +162,19 @@ func (a *Assumer) get(ctx context.Context, d destination.Destination, fresh bool
 	}
 	// Every session is preceded by its own probe: both are taken from the budget together.
 	b := a.o.Budget
-	if ok, wait := a.budget.TakeN(now, callsPerSession, ratelimit.Limit{Key: "destination:" + d.ID, Rate: b.PerDestination},
-		ratelimit.Limit{Key: "account:" + d.Account, Rate: b.PerAccount}); !ok {
-		return aws.Credentials{}, failures.NewHeldBack(a.heldSentence(c, wait), wait)
+	v, err := a.o.Limiter.Spend(ctx, d.Account, callsPerSession, ratelimit.Limit{Key: "sts:destination:" + d.ID, Rate: b.PerDestination},
+		ratelimit.Limit{Key: "sts:account", Rate: b.PerAccount})
+	switch {
+	case err != nil:
+		return aws.Credentials{}, failures.NewNotTaken("did not take the event: the relay could not read its STS budget (Redis); retrying with backoff", err)
+	case !v.OK:
+		return aws.Credentials{}, failures.NewHeldBack(a.heldSentence(c, v.Wait), v.Wait)
 	}
 	end := func(string, error) {}
 	if a.o.Tracer != nil {
 		end = a.o.Tracer.StartSetup(d, true)
 	}
-	err := a.probe(ctx, d)
+	err = a.probe(ctx, d)
 	a.o.Metrics.count("probe", err)
 	if err != nil {
 		end("probe", err)

@@ -124,15 +124,15 @@ type API struct {
 	// account's tokens. Past either, a subscription answers 429 RESOURCE_EXHAUSTED.
 	SubscriptionsPerToken   int
 	SubscriptionsPerAccount int
-	// "Send a test" (per replica): each is a probe and a session on our one AWS
+	// "Send a test" (across replicas, in Redis): each is a probe and a session on our one AWS
 	// principal, so one account must not spend STS's rate for everyone.
 	TestsPerDestination Rate
 	TestsPerAccount     Rate
-	// State-changing actions of an account token (per replica): pause, activate, test,
+	// State-changing actions of an account token (across replicas, in Redis): pause, activate, test,
 	// replay and retry each take one from both buckets. Admin tokens are not counted.
 	ActionsPerDestination Rate
 	ActionsPerAccount     Rate
-	// Replays of an account token (per replica): a replay, or an activation with one,
+	// Replays of an account token (across replicas, in Redis): a replay, or an activation with one,
 	// can send a destination's whole log again, so they take one more, from these
 	// tighter buckets.
 	ReplaysPerDestination Rate
@@ -193,7 +193,7 @@ type AWS struct {
 	Region    string
 	Endpoints map[string]string // only "sts", "events", "kinesis"
 	// STSBudget caps the AssumeRole calls (probes and sessions) one destination, and one
-	// account's destinations together, make on our one principal (per replica): AWS
+	// account's destinations together, make on our one principal (across replicas, in Redis): AWS
 	// throttles AssumeRole per calling principal, so one role that keeps failing must not
 	// spend the rate every customer's sessions need.
 	STSBudget STSBudget

@@ -1,14 +1,62 @@
 // Package ratelimit holds token buckets by key, each refilling evenly over its rate:
 // the API's limits on what one account asks for, and the STS budget of each destination
-// and account. It never sleeps: a caller told to wait decides how.
+// and account. Buckets keeps them in this process; a Limiter may keep them where every
+// replica shares them (store.Limiter, in Redis), so N replicas give an account what one
+// gives. It never sleeps: a caller told to wait decides how.
 package ratelimit
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"github.com/mercamap/relay/internal/config"
 )
+
+// A Limiter spends n tokens from every bucket of limits, or from none. Every limit of
+// one call belongs to account (its destinations' keys and its own), so a shared limiter
+// decides them in one step in that account's place.
+type Limiter interface {
+	Spend(ctx context.Context, account string, n int, limits ...Limit) (Verdict, error)
+}
+
+// Verdict is what a Spend decided: OK, or how long until every bucket holds the tokens
+// (Wait) and the limit that waits longest (Empty: the one a refusal should name).
+type Verdict struct {
+	OK    bool
+	Wait  time.Duration
+	Empty Limit
+}
+
+// Local is a Limiter over in-process Buckets on a clock of its own (nil: time.Now): one
+// replica's share only, for a relay without Redis or a test with a clock of its own.
+type Local struct {
+	Buckets Buckets
+	Now     func() time.Time
+}
+
+// Spend takes from l's buckets, each keyed by the account and the limit's key (as a
+// shared limiter keeps them in the account's place); it never fails.
+func (l *Local) Spend(_ context.Context, account string, n int, limits ...Limit) (Verdict, error) {
+	now := time.Now()
+	if l.Now != nil {
+		now = l.Now()
+	}
+	keyed := make([]Limit, len(limits))
+	for i, lim := range limits {
+		keyed[i] = lim
+		keyed[i].Key = account + "\x00" + lim.Key
+	}
+	ok, wait, empty := l.Buckets.take(now, n, keyed)
+	if !ok {
+		for i := range keyed {
+			if keyed[i].Key == empty.Key {
+				empty = limits[i]
+			}
+		}
+	}
+	return Verdict{OK: ok, Wait: wait, Empty: empty}, nil
+}
 
 // Buckets are token buckets by key: each holds up to Rate.Count and refills evenly over
 // Rate.Per. Keys are configured destination and account ids (looked up before a take),

@@ -39,3 +39,19 @@ func TestBucketsSpendFromAllOrNoneAndRefillEvenly(t *testing.T) {
 		t.Fatal("took a fifth token from a bucket of 4")
 	}
 }
+
+// TestLocalKeepsEachAccountsBucketsApart: the same limit key of two accounts is two
+// buckets, and a refusal names the limit as the caller gave it.
+func TestLocalKeepsEachAccountsBucketsApart(t *testing.T) {
+	l := &Local{Now: func() time.Time { return time.Unix(1_000_000, 0) }}
+	acct := Limit{Key: "sts:account", What: "calls for an account", Rate: config.Rate{Count: 2, Per: time.Minute}}
+	for _, a := range []string{"acct_1", "acct_2"} {
+		if v, _ := l.Spend(t.Context(), a, 2, acct); !v.OK {
+			t.Fatalf("%s's first take of 2 refused: another account's take spent its bucket", a)
+		}
+	}
+	v, _ := l.Spend(t.Context(), "acct_1", 1, acct)
+	if v.OK || v.Empty != acct || v.Wait != 30*time.Second {
+		t.Fatalf("acct_1's third: %+v, want refused by %+v, 30s", v, acct)
+	}
+}
