@@ -268,6 +268,7 @@ type setupResult struct {
 	passed  bool
 	message string
 	held    time.Duration
+	last    *store.PendingCheck // the card's check as stored before this one (nil: none)
 }
 
 // checkSetup runs dest's setup check through its sink, if the sink has one (a sink
@@ -287,7 +288,7 @@ func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destinatio
 	defer cancel()
 	checkErr := c.Check(checkCtx, dest)
 	if wait, held := failures.HeldBack(checkErr); held {
-		return setupResult{held: max(wait, time.Millisecond), message: failures.Classify(checkErr).Message}
+		return setupResult{held: max(wait, time.Millisecond), last: st.Pending}
 	}
 	check, reason := failures.Classify(checkErr), failures.Reason(checkErr)
 	if check.Class == failures.Rejected {
@@ -314,12 +315,8 @@ func (d *Dispatcher) recordCheck(ctx context.Context, dest destination.Destinati
 	now := d.opts.Now().UTC()
 	check := store.PendingCheck{At: now, Message: res.message, NextCheck: next.UTC()}
 	if res.held > 0 {
-		st, err := d.opts.Store.LoadState(ctx, ref(dest))
-		if err != nil {
-			return "", err
-		}
-		if st.Pending != nil && st.Pending.Message != "" {
-			check.At, check.Message = st.Pending.At, st.Pending.Message
+		if res.last != nil && res.last.Message != "" {
+			check.At, check.Message = res.last.At, res.last.Message
 		} else {
 			check.Message = "the setup check has not run yet: the relay paces its calls to AWS STS and runs it at " +
 				next.UTC().Format(time.RFC3339)

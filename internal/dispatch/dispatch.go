@@ -191,9 +191,12 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 // kickBalance asks Run for a lease round now (kicks while one is due coalesce): a reload
 // added destinations, or a redefined destination's old worker ended, so its new one
 // starts at once rather than at the next tick.
-func (d *Dispatcher) kickBalance() {
+func (d *Dispatcher) kickBalance() { signal(d.rebalance) }
+
+// signal puts a token in ch (capacity 1) unless one waits there already: never blocks.
+func signal(ch chan struct{}) {
 	select {
-	case d.rebalance <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }

@@ -23,7 +23,8 @@ const followCount = 256
 // account's feed for all its destinations, and wake them; the control entries reach the
 // worker they name. Every Poll (at most a second), and at once when a lease round took
 // an account's first lease, it looks at the leases held then: an account whose first
-// lease was just taken is followed from then on, one with none left is no longer read. This is the replica's only loop: nothing runs per destination.
+// lease was just taken is followed from then on, one with none left is no longer read.
+// This is the replica's only loop: nothing runs per destination.
 func (d *Dispatcher) watchLogs(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -194,10 +195,7 @@ func (d *Dispatcher) addWorker(w *worker) {
 	if acct == nil {
 		acct = map[*worker]struct{}{}
 		d.accounts[w.dest.Account] = acct
-		select {
-		case d.rewatch <- struct{}{}:
-		default:
-		}
+		signal(d.rewatch)
 	}
 	acct[w] = struct{}{}
 }

@@ -92,12 +92,6 @@ func (b *Buckets) TakeN(now time.Time, n int, limits ...Limit) (ok bool, wait ti
 	return ok, wait
 }
 
-// TakeWhich is Take that, when it refuses, also names the limit that waits longest (the
-// one a refusal should tell the caller about).
-func (b *Buckets) TakeWhich(now time.Time, limits ...Limit) (ok bool, wait time.Duration, empty Limit) {
-	return b.take(now, 1, limits)
-}
-
 func (b *Buckets) take(now time.Time, n int, limits []Limit) (ok bool, wait time.Duration, empty Limit) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
