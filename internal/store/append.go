@@ -29,20 +29,12 @@ type Entry struct {
 	TraceParent string
 }
 
-// xaddArgs is the XADD of e to log, trimming entries older than minID: the body goes
-// into the command as it is (go-redis writes a []byte argument without copying it into
-// a string), and never through Lua. log and minID come boxed: the same for a whole
-// transaction, they are converted to interfaces once.
+// xaddArgs is the XADD of e to log, in its stored form (entrycodec.go), trimming entries
+// older than minID: the entry goes into the command as it is (go-redis writes a []byte
+// argument without copying it into a string), and never through Lua. log and minID come
+// boxed: the same for a whole transaction, they are converted to interfaces once.
 func (e *Entry) xaddArgs(log, minID any) []any {
-	args := make([]any, 0, 26)
-	args = append(args, "xadd", log, "MINID", "~", minID, "*",
-		"event_id", e.EventID, "type", e.Type, "ce_type", e.CEType, "source", e.Source,
-		"time", e.Time, "tenant", e.Tenant, "subject", e.Subject,
-		"schema_version", e.SchemaVersion, "data", e.Data)
-	if e.TraceParent != "" {
-		args = append(args, "traceparent", e.TraceParent)
-	}
-	return args
+	return []any{"xadd", log, "MINID", "~", minID, "*", entryField, e.encoded()}
 }
 
 // Append is one event to append to the logs of the accounts it belongs to.
@@ -305,20 +297,34 @@ func (s *Store) ReadLog(ctx context.Context, acct, after string, count int64) ([
 	if err != nil {
 		return nil, err
 	}
-	out := make([]LogEntry, len(msgs))
-	for i, m := range msgs {
-		out[i] = LogEntry{ID: m.ID, Entry: entryFrom(m.Values)}
-	}
-	return out, nil
+	return logEntries(msgs)
 }
 
-func entryFrom(v map[string]any) Entry {
+// entryFrom reads an entry from its stream fields: one entryField, or, for an entry
+// stored before that form, one field per Entry field.
+func entryFrom(v map[string]any) (Entry, error) {
 	str := func(k string) string { s, _ := v[k].(string); return s }
+	if z, ok := v[entryField].(string); ok {
+		return decodeEntry(z)
+	}
 	return Entry{
 		EventID: str("event_id"), Type: str("type"), CEType: str("ce_type"), Source: str("source"),
 		Time: str("time"), Tenant: str("tenant"), Subject: str("subject"),
 		SchemaVersion: str("schema_version"), Data: []byte(str("data")), TraceParent: str("traceparent"),
+	}, nil
+}
+
+// logEntries reads stream messages of a log back as entries.
+func logEntries(msgs []redis.XMessage) ([]LogEntry, error) {
+	out := make([]LogEntry, len(msgs))
+	for i, m := range msgs {
+		e, err := entryFrom(m.Values)
+		if err != nil {
+			return nil, fmt.Errorf("log entry %s: %w", m.ID, err)
+		}
+		out[i] = LogEntry{ID: m.ID, Entry: e}
 	}
+	return out, nil
 }
 
 // LastLogID is the id of the newest entry of an account's log, "0-0" when it is empty.

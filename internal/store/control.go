@@ -157,9 +157,9 @@ func (s *Store) FollowLogs(ctx context.Context, at map[string]FollowPoint, block
 			}
 		} else {
 			p.Log = last
-			es := make([]LogEntry, len(st.Messages))
-			for i, m := range st.Messages {
-				es[i] = LogEntry{ID: m.ID, Entry: entryFrom(m.Values)}
+			es, err := logEntries(st.Messages)
+			if err != nil {
+				return out, err
 			}
 			out.Entries[acct] = es
 		}

@@ -212,5 +212,9 @@ func (s *Store) LogEntryAt(ctx context.Context, acct, id string) (LogEntry, erro
 	if len(msgs) == 0 {
 		return LogEntry{}, ErrNoSuchEvent
 	}
-	return LogEntry{ID: msgs[0].ID, Entry: entryFrom(msgs[0].Values)}, nil
+	es, err := logEntries(msgs)
+	if err != nil {
+		return LogEntry{}, err
+	}
+	return es[0], nil
 }
