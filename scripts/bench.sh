@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The relay's end-to-end benchmarks on private local peers, judged against the aims of
-# issue 23 and written into docs/benchmarks.md (between its "make bench" markers;
+# issues 23 and 30 and written into docs/benchmarks.md (between its "make bench" markers;
 # everything else in the file is left alone). `cmd/loadtest bench` runs one `relay serve`
 # per row, delivering to EventBridge destinations on a copy of the sandbox's EventBridge
 # (internal/awstest) in a process of its own (`loadtest bus`, which notes when it answered
@@ -9,7 +9,14 @@
 # - 1 destination, 1 KB at 200/s and as fast as confirmed, beside the bare pipeline (a
 #   bare consumer putting each delivery on the same bus): latency and throughput aims.
 # - 0 destinations: ingest alone (nothing reads the account's log): Redis CPU per
-#   ingested event, the denominator of "Redis CPU per delivery".
+#   ingested event, the denominator of "Redis CPU per delivery"; and Redis memory per
+#   event kept (used_memory before a repetition's first publish and once the log holds
+#   its 20,000 events, per event).
+# - 1 destination, 10,000 events of 1 KB once (the memory row): used_memory from before
+#   its first publish to its last delivery committed, less its events × the per-event
+#   figure, per delivery; then MEMORY USAGE of the destination's keys (and its share of
+#   the account's channel) at rest; with the per-event figure, a week at 1,000 events/s
+#   to 10,000 destinations.
 # - 100, 1,000, 10,000 and 100,000 destinations, beside the bare fan-out (one SDK writer
 #   per destination, one write at a time, same bus, same signing, no relay, no Redis);
 #   the 10,000 row also reads Redis's and the relay's CPU over 15 s with nothing published
@@ -18,10 +25,10 @@
 #   (cmd/loadtest redis-cluster, started like the tests' through internal/testpeer).
 # Every row reports the CPU per delivery of the relay, Redis, the broker, the bus and the
 # load process (publisher, or the bare path's consumer or writers). The rows judged by
-# an aim run three times (medians), but the 100,000-destination row (once).
-# The report starts with the aims of issue 23, each with its figure and verdict; with
-# BENCH_DOC unset that table is printed on stdout too. Ingest beside a bare consumer
-# (issue 17's ingest aims) is `make bench-ingest`'s, no longer part of this run.
+# an aim run three times (medians), but the memory row and the 100,000-destination row
+# (once). The report starts with the aims of issues 23 and 30, each with its figure and
+# verdict; with BENCH_DOC unset that table is printed on stdout too. Ingest beside a bare
+# consumer (issue 17's ingest aims) is `make bench-ingest`'s, no longer part of this run.
 #
 #   make bench                          all of it, then docs/benchmarks.md is updated
 #   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats]]),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"flag"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,12 +25,14 @@ import (
 	"github.com/mercamap/relay/internal/jobevent"
 )
 
-// defaultRuns are the rows issue 23's aims are judged on, and no other: one destination
-// at 200/s (the latency aim) and as fast as confirmed, ingest alone (0 destinations: the
-// Redis CPU per ingested event), 100, 1,000 and 10,000 destinations, 100,000 on one
-// replica. Each runs three times (the fifth field) and gives the median, but the
+// defaultRuns are the rows issue 23's and issue 30's aims are judged on, and no other:
+// one destination at 200/s (the latency aim) and as fast as confirmed, ingest alone (0
+// destinations: the Redis CPU and memory per ingested event), one destination with
+// 10,000 deliveries (issue 30's memory per delivery and per destination), 100, 1,000 and
+// 10,000 destinations, 100,000 on one replica. Each runs three times (the fifth field)
+// and gives the median, but the memory row (its figures are one delta each) and the
 // 100,000-destination row, whose warm-up alone is 100,000 deliveries.
-const defaultRuns = "1:2000:200:1024:3,1:2000:0:1024:3,0:20000:0:1024:3,100:200:0:1024:3,1000:20:0:1024:3,10000:3:0:1024:3,100000:1:0:1024:1"
+const defaultRuns = "1:2000:200:1024:3,1:2000:0:1024:3,0:20000:0:1024:3,1:10000:0:1024:1,100:200:0:1024:3,1000:20:0:1024:3,10000:3:0:1024:3,100000:1:0:1024:1"
 
 func parseRun(r string) (benchRun, error) {
 	p := strings.Split(r, ":")
@@ -73,6 +77,10 @@ type benchRun struct {
 // nothing reads it, so what Redis spends is ingest's alone.
 func (r benchRun) ingestOnly() bool { return r.dests == 0 }
 
+// memoryRow is a row after which Redis memory is read for issue 30's aims: one
+// destination with at least aimMemDeliveries deliveries in its history.
+func (r benchRun) memoryRow() bool { return r.dests == 1 && r.events*r.repeats >= aimMemDeliveries }
+
 // latencies are publish-to-bus-answer times, sorted.
 type latencies []time.Duration
 
@@ -97,7 +105,17 @@ type benchResult struct {
 	idleFor              time.Duration
 	idleCPU              []masterCPU   // per Redis master, over idleFor after the warm-up, nothing published
 	idleRelayCPU         time.Duration // the relay process over the same window
-	err                  string
+	// A memory row's used_memory (every master) before its first timed repetition and
+	// once its destination has committed the last, and then what the destination holds.
+	memBefore, memAfter int64
+	destMemory          []keyMemory
+	err                 string
+}
+
+// keyMemory is one key's MEMORY USAGE, times the share of it a destination carries.
+type keyMemory struct {
+	key   string
+	bytes float64
 }
 
 // repResult is one timed repetition: E events published, until every destination has
@@ -112,6 +130,7 @@ type repResult struct {
 	busCPU    time.Duration // the `loadtest bus` process: the sandbox EventBridge
 	rabbitCPU time.Duration // the broker (-rabbit-pid), 0 when not given
 	bare      *bareResult   // the bare path's repetition of the same index
+	memGrowth int64         // the ingest row: used_memory once the log holds the events, less before the first publish
 	// assumeCalls is how many AssumeRole calls STS answered meanwhile: each reads the
 	// role's ExternalId from Redis (RequireExternalIDOf), a cost that is the bench's own.
 	assumeCalls int
@@ -450,6 +469,13 @@ destinations:
 		}
 	}
 	dupBase := e.bus.counts().Dups
+	if r.memoryRow() {
+		var err error
+		if res.memBefore, err = usedMemory(ctx, rdb); err != nil {
+			res.err = "INFO memory: " + err.Error()
+			return
+		}
+	}
 	for k := range r.repeats {
 		evs := make([]*event, r.events)
 		for i := range evs {
@@ -473,7 +499,109 @@ destinations:
 	}
 	res.dups = e.bus.counts().Dups - dupBase
 	res.rssEnd, res.hwm = procStatus(rep.pid())
+	if r.memoryRow() {
+		res.err = readMemory(ctx, &res, rdb)
+	}
 	return
+}
+
+// readMemory reads, after a memory row's repetitions, used_memory once the destination
+// has committed its last delivery, and what each of the destination's keys holds.
+func readMemory(ctx context.Context, res *benchResult, rdb redis.UniversalClient) string {
+	if !waitCommitted(ctx, rdb, "d0", 10*time.Second) {
+		return "memory: the destination's cursor did not reach the log's last entry within 10 s"
+	}
+	var err error
+	if res.memAfter, err = usedMemory(ctx, rdb); err != nil {
+		return "INFO memory: " + err.Error()
+	}
+	if res.destMemory, err = destinationMemory(ctx, rdb, "acct_bench", "d0", res.dests); err != nil {
+		return "MEMORY USAGE: " + err.Error()
+	}
+	return ""
+}
+
+// waitCommitted waits until destination id's cursor (its card's cursor field) is the
+// bench account's last log entry: what it delivered is committed, attempts and channel
+// events written.
+func waitCommitted(ctx context.Context, rdb redis.UniversalClient, id string, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		last, err := rdb.XRevRangeN(ctx, benchLogKey, "+", "-", 1).Result()
+		if err == nil && len(last) == 1 && rdb.HGet(ctx, "relay:{acct_bench}:dest:"+id, "cursor").Val() == last[0].ID {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// usedMemory is used_memory of INFO memory, summed over every master, in bytes.
+func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	var total atomic.Int64
+	err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error {
+		info, err := m.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return fmt.Errorf("used_memory %q", v)
+				}
+				total.Add(n)
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: no used_memory", m.Options().Addr)
+	})
+	return total.Load(), err
+}
+
+// destinationMemory is what destination id of acct (of dests destinations) holds in
+// Redis: MEMORY USAGE … SAMPLES 0 (every element counted) of each key of the account
+// that destKeyShare gives it a share of, times that share. One SCAN of the account's
+// keys on every master.
+func destinationMemory(ctx context.Context, rdb redis.UniversalClient, acct, id string, dests int) ([]keyMemory, error) {
+	var mu sync.Mutex
+	var out []keyMemory
+	err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error {
+		iter := m.Scan(ctx, 0, "relay:{"+acct+"}:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			share := destKeyShare(iter.Val(), acct, id, dests)
+			if share == 0 {
+				continue
+			}
+			n, err := m.MemoryUsage(ctx, iter.Val(), 0).Result()
+			if err != nil {
+				return fmt.Errorf("%s: %w", iter.Val(), err)
+			}
+			mu.Lock()
+			out = append(out, keyMemory{iter.Val(), share * float64(n)})
+			mu.Unlock()
+		}
+		return iter.Err()
+	})
+	slices.SortFunc(out, func(a, b keyMemory) int { return cmp.Compare(b.bytes, a.bytes) })
+	return out, err
+}
+
+// destKeyShare is the share of key that destination id of acct carries when the account
+// has dests destinations (internal/store keys.go): all of every key named after it (its
+// card, lease, attempts, retries, its channel and the channel's counter), 1/dests of
+// the account's channel and its counter, none of the rest.
+func destKeyShare(key, acct, id string, dests int) float64 {
+	prefix := "relay:{" + acct + "}:"
+	switch {
+	case !strings.HasPrefix(key, prefix):
+		return 0
+	case strings.HasSuffix(key, ":"+id), strings.HasSuffix(key, ":destination:"+id+":seq"):
+		return 1
+	case key == prefix+"chan:account:"+acct, key == prefix+"chan:account:"+acct+":seq":
+		return 1 / float64(max(dests, 1))
+	}
+	return 0
 }
 
 // spans is the CPU of every process read at the start and the end of a timed span.
@@ -533,6 +661,10 @@ func (e *benchEnv) timed(ctx context.Context, r benchRun, idx, relayPID int, pub
 // Nothing reads the log (no destination), so Redis's CPU is ingest's.
 func (e *benchEnv) timedIngest(ctx context.Context, r benchRun, k, relayPID int, pub *publisher, rdb redis.UniversalClient, evs []*event) (repResult, string) {
 	var one repResult
+	mem0, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return one, "INFO memory: " + err.Error()
+	}
 	s0, err := e.readSpans(ctx, rdb, relayPID)
 	if err != nil {
 		return one, "INFO cpu: " + err.Error()
@@ -551,6 +683,13 @@ func (e *benchEnv) timedIngest(ctx context.Context, r benchRun, k, relayPID int,
 	}
 	s1.fill(s0, &one)
 	one.perSec = float64(len(evs)) / elapsed.Seconds()
+	// Each event's log entry, dedup marker and index entry are one transaction: the
+	// log's length says all three are in.
+	mem1, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return one, "INFO memory: " + err.Error()
+	}
+	one.memGrowth = mem1 - mem0
 	return one, ""
 }
 

@@ -28,6 +28,18 @@ const (
 	issue17RSSKiB       = 150 * 1024       // issue 17: 10,000 destinations, peak RSS
 )
 
+// The memory aims of issue 30, judged by memoryAims.
+const (
+	aimMemEvents      = 20000                // the ingest row's events a repetition, at least, for a stable per-event figure
+	aimMemPerEvent    = 300                  // B of Redis per 1 KB event kept
+	aimMemDeliveries  = 10000                // deliveries of the memory row (one destination), at least
+	aimMemPerDelivery = 100                  // B of Redis per delivery kept
+	aimMemPerDestKiB  = 256                  // one destination at rest with aimMemDeliveries in its history
+	aimWeekEvents     = 1000 * 7 * 24 * 3600 // a week at 1,000 events/s
+	aimWeekDests      = 10000                // destinations of that week
+	aimWeekGiB        = 64                   // what Redis may hold for it
+)
+
 // aimState is an aim's verdict: measured and met or not, or not measured in this run.
 type aimState int
 
@@ -174,7 +186,118 @@ func judgeAims(results []benchResult) []aim {
 		cl.state = judge(b > 0 && a >= aimCluster*b)
 	}
 	aims = append(aims, cl)
-	return aims
+	return append(aims, memoryAims(results)...)
+}
+
+// memoryAims are issue 30's: the Redis memory (used_memory, MEMORY USAGE) one event, one
+// delivery and one destination at rest keep, each from this run's rows, and the week
+// they add up to.
+func memoryAims(results []benchResult) []aim {
+	ingest, okIngest := findRow(results, func(r benchRun) bool {
+		return r.ingestOnly() && r.size == aimSize && r.events >= aimMemEvents
+	})
+	memRow, okMem := findRow(results, func(r benchRun) bool { return r.memoryRow() && r.size == aimSize })
+	okMem = okMem && memRow.memAfter > 0
+	noIngest := fmt.Sprintf("no ingest row 0:%d:0 of 1 KB (or more events)", aimMemEvents)
+	noMemRow := fmt.Sprintf("no row 1:%d:0 of 1 KB (or more events)", aimMemDeliveries)
+
+	event := aim{what: "Redis memory per 1 KB event kept (log, dedup, index), all in",
+		target: fmt.Sprintf("≤ %d B", aimMemPerEvent), figure: noIngest}
+	var perEvent float64
+	if okIngest {
+		perEvent = ingest.memPerEvent()
+		event.figure = fmt.Sprintf("%.0f B (runs %s; used_memory over %s events each)", perEvent, ingest.memPerEventRuns(), thousands(ingest.events))
+		event.state = judge(perEvent > 0 && perEvent <= aimMemPerEvent)
+	}
+
+	delivery := aim{what: "Redis memory per delivery kept (channels, attempts)",
+		target: fmt.Sprintf("≤ %d B", aimMemPerDelivery), figure: noMemRow}
+	switch {
+	case !okMem:
+	case !okIngest:
+		delivery.figure = noIngest
+	default:
+		d := memRow.memPerDeliveryNet(perEvent)
+		delivery.figure = fmt.Sprintf("%.0f B (the row's %.0f B a delivery of 1 destination, less %.0f B an event)",
+			d, float64(memRow.memAfter-memRow.memBefore)/float64(memRow.deliveries()*len(memRow.reps)), perEvent)
+		delivery.state = judge(d <= aimMemPerDelivery)
+	}
+
+	dest := aim{what: fmt.Sprintf("Redis memory per destination at rest with %s deliveries in its history", thousands(aimMemDeliveries)),
+		target: fmt.Sprintf("≤ %d KB", aimMemPerDestKiB), figure: noMemRow}
+	var perDest float64
+	if okMem {
+		perDest = memRow.destBytes()
+		dest.figure = fmt.Sprintf("%.1f KB after %s deliveries (%s)", perDest/1024, thousands(1+memRow.deliveries()*len(memRow.reps)), memRow.destKeys())
+		dest.state = judge(perDest > 0 && perDest <= aimMemPerDestKiB*1024)
+	}
+
+	week := aim{what: fmt.Sprintf("a week at 1,000 events/s, 1 KB, %s destinations (from the rows above): %s events × memory per event + %s × memory per destination at rest",
+		thousands(aimWeekDests), thousands(aimWeekEvents), thousands(aimWeekDests)),
+		target: fmt.Sprintf("≤ %d GiB", aimWeekGiB), figure: "per event or per destination not measured"}
+	if event.state != unmeasured && dest.state != unmeasured {
+		w := weekMemory(perEvent, perDest)
+		week.figure = fmt.Sprintf("%.1f GiB (%.1f GiB of events, %.1f GiB of destinations)", w/(1<<30),
+			weekMemory(perEvent, 0)/(1<<30), weekMemory(0, perDest)/(1<<30))
+		week.state = judge(w <= aimWeekGiB<<30)
+	}
+	return []aim{event, delivery, dest, week}
+}
+
+// weekMemory is what Redis holds, in bytes, after a week at 1,000 events/s to
+// aimWeekDests destinations, from one event's and one destination's figures (bytes):
+// every event of the week kept, and every destination at rest with the history a
+// 10,000-delivery row leaves. When what is kept for a week changes, change it here.
+func weekMemory(perEvent, perDest float64) float64 {
+	return aimWeekEvents*perEvent + aimWeekDests*perDest
+}
+
+// memPerEvent is the ingest row's used_memory growth per stored event, median of the
+// repetitions, in bytes; memPerEventRuns gives each repetition's.
+func (r benchResult) memPerEvent() float64 { return medianFloat(r.memPerEvents()) }
+
+func (r benchResult) memPerEvents() []float64 {
+	var b []float64
+	for _, rep := range r.reps {
+		b = append(b, float64(rep.memGrowth)/float64(r.events))
+	}
+	return b
+}
+
+func (r benchResult) memPerEventRuns() string {
+	s := make([]string, 0, len(r.reps))
+	for _, b := range r.memPerEvents() {
+		s = append(s, fmt.Sprintf("%.0f", b))
+	}
+	return strings.Join(s, " / ")
+}
+
+// memPerDeliveryNet is a memory row's used_memory growth over its repetitions, less its
+// events × perEvent (the ingest row's figure), per delivery, in bytes.
+func (r benchResult) memPerDeliveryNet(perEvent float64) float64 {
+	events := r.events * len(r.reps)
+	return (float64(r.memAfter-r.memBefore) - perEvent*float64(events)) / float64(max(r.dests, 1)*events)
+}
+
+// destBytes is what a memory row's destination holds in Redis after the row, in bytes;
+// destKeys names its largest keys, in KB.
+func (r benchResult) destBytes() float64 {
+	var t float64
+	for _, k := range r.destMemory {
+		t += k.bytes
+	}
+	return t
+}
+
+func (r benchResult) destKeys() string {
+	var s []string
+	for _, k := range r.destMemory[:min(len(r.destMemory), 4)] {
+		s = append(s, fmt.Sprintf("%s %.1f KB", strings.TrimPrefix(k.key, "relay:{acct_bench}:"), k.bytes/1024))
+	}
+	if len(r.destMemory) > 4 {
+		s = append(s, fmt.Sprintf("%d more keys", len(r.destMemory)-4))
+	}
+	return strings.Join(s, ", ")
 }
 
 // issue17Line is what is left of issue 17's aims table: the one of its figures the rows
@@ -308,10 +431,10 @@ func (r benchResult) perDelivery(get func(repResult) time.Duration) float64 {
 
 func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repResult.redisTotal) }
 
-// aimsTable is the aims of the issue with this run's figures and verdicts.
+// aimsTable is the aims of the issues with this run's figures and verdicts.
 func aimsTable(aims []aim) string {
 	var b strings.Builder
-	b.WriteString("### Aims (issue 23), this run\n\n")
+	b.WriteString("### Aims (issues 23 and 30), this run\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")
@@ -594,7 +717,7 @@ func sizeName(n int) string {
 
 func thousands(n int) string {
 	if n >= 1000 {
-		return fmt.Sprintf("%d,%03d", n/1000, n%1000)
+		return fmt.Sprintf("%s,%03d", thousands(n/1000), n%1000)
 	}
 	return fmt.Sprint(n)
 }

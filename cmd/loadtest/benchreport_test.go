@@ -20,6 +20,10 @@ func rows(change func(r *benchResult)) []benchResult {
 		rep.redisCPU = []masterCPU{{"127.0.0.1:1", cpu}}
 		return rep
 	}
+	mem := func(rep repResult, growth int64) repResult {
+		rep.memGrowth = growth
+		return rep
+	}
 	cpu := func(rep repResult, relay, bare time.Duration) repResult {
 		rep.relayCPU, rep.bare.loadCPU = relay, bare
 		return rep
@@ -30,8 +34,19 @@ func rows(change func(r *benchResult)) []benchResult {
 			{perSec: 200, lat: flat(ms(1.8)), bare: &bareResult{perSec: 200, lat: flat(ms(1))}}, // 0.8 ms
 			{perSec: 200, lat: flat(ms(9)), bare: &bareResult{perSec: 200, lat: flat(ms(1))}}}}, // 8 ms: the median is 0.8 ms
 		{benchRun: benchRun{dests: 1, events: 4, size: 1024, repeats: 3}, reps: []repResult{rep(95, 100), rep(50, 100), rep(91, 100)}},
-		{benchRun: benchRun{dests: 0, events: 10, size: 1024, repeats: 3}, reps: []repResult{ // 20, 30, 25 µs an event: 25
-			redis(repResult{perSec: 9000}, 200*time.Microsecond), redis(repResult{perSec: 9000}, 300*time.Microsecond), redis(repResult{perSec: 9000}, 250*time.Microsecond)}},
+		{benchRun: benchRun{dests: 0, events: 20000, size: 1024, repeats: 3}, reps: []repResult{ // 20, 30, 25 µs an event: 25
+			// used_memory grew 90, 110, 100 B an event: 100.
+			mem(redis(repResult{perSec: 9000}, 400*time.Millisecond), 1_800_000),
+			mem(redis(repResult{perSec: 9000}, 600*time.Millisecond), 2_200_000),
+			mem(redis(repResult{perSec: 9000}, 500*time.Millisecond), 2_000_000)}},
+		// The memory row: 10,000 events (100 B each) and as many deliveries (100 B each),
+		// then 256 KB kept for the destination; a week: 604,800,000 × 100 B + 10,000 ×
+		// 256 KB, 58.8 GiB.
+		{benchRun: benchRun{dests: 1, events: 10000, size: 1024, repeats: 1}, reps: []repResult{rep(90, 100)},
+			memBefore: 1_000_000, memAfter: 3_000_000, destMemory: []keyMemory{
+				{"relay:{acct_bench}:attempts:d0", 200 * 1024}, {"relay:{acct_bench}:chan:destination:d0", 40 * 1024},
+				{"relay:{acct_bench}:chan:account:acct_bench", 12 * 1024}, {"relay:{acct_bench}:dest:d0", 3 * 1024},
+				{"relay:{acct_bench}:lease:d0", 1024}}},
 		{benchRun: benchRun{dests: 100, events: 4, size: 1024, repeats: 3}, reps: []repResult{rep(85, 100), rep(81, 100), rep(10, 100)}},
 		{benchRun: benchRun{dests: 1000, events: 2, size: 1024, repeats: 3}, reps: []repResult{ // 2,000 deliveries a run
 			// Redis 40, 30, 50 ms: less 2 × 25 µs of ingest, 19.975 / 14.975 / 24.975 µs a delivery.
@@ -57,8 +72,8 @@ func rows(change func(r *benchResult)) []benchResult {
 // verdicts is the aims table's verdict of each aim, by its name.
 func verdicts(t *testing.T, aims []aim) map[string]aimState {
 	t.Helper()
-	if len(aims) != 12 {
-		t.Fatalf("%d aims, want the issue's 12 lines:\n%s", len(aims), aimsTable(aims))
+	if len(aims) != 16 {
+		t.Fatalf("%d aims, want the issues' 16 lines:\n%s", len(aims), aimsTable(aims))
 	}
 	out := map[string]aimState{}
 	for _, a := range aims {
@@ -84,6 +99,11 @@ func TestAimsMetWhenEveryMedianReachesItsAim(t *testing.T) {
 		"800µs (runs 500µs / 800µs / 8ms)",
 		"1024 MiB (idle 800 MiB)", "70% (runs 70%; 70 against 100/s)",
 		"90% (81 against 90/s; each / its bare fan-out: 81% against 90%)",
+		"100 B (runs 90 / 110 / 100; used_memory over 20,000 events each)",
+		"100 B (the row's 200 B a delivery of 1 destination, less 100 B an event)",
+		"256.0 KB after 10,001 deliveries (attempts:d0 200.0 KB, chan:destination:d0 40.0 KB, chan:account:acct_bench 12.0 KB, dest:d0 3.0 KB, 1 more keys)",
+		"58.8 GiB (56.3 GiB of events, 2.4 GiB of destinations)",
+		"604,800,000 events × memory per event + 10,000 × memory per destination at rest",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the aims table lacks %q:\n%s", want, table)
@@ -93,63 +113,85 @@ func TestAimsMetWhenEveryMedianReachesItsAim(t *testing.T) {
 
 func TestAimsNotMetWhenAMedianFallsShort(t *testing.T) {
 	server1000 := func(r *benchResult) bool { return r.dests == 1000 && r.baseline == "" && !r.cluster }
+	memRow := func(r *benchResult) bool { return r.dests == 1 && r.events == 10000 }
 	for _, c := range []struct {
 		name, aim string
+		also      string // another aim that falls with it
 		change    func(r *benchResult)
 	}{
-		{"one destination at 89%", "1 destination", func(r *benchResult) {
-			if r.dests == 1 && r.rate == 0 {
+		{"one destination at 89%", "1 destination", "", func(r *benchResult) {
+			if r.dests == 1 && r.rate == 0 && !memRow(r) {
 				r.reps[0].perSec, r.reps[2].perSec = 89, 89
 			}
 		}},
-		{"10,000 destinations at 79% of the fan-out", "10,000 destinations /", func(r *benchResult) {
+		{"10,000 destinations at 79% of the fan-out", "10,000 destinations /", "", func(r *benchResult) {
 			if r.dests == 10000 {
 				for i := range r.reps {
 					r.reps[i].perSec = 79
 				}
 			}
 		}},
-		{"Redis CPU per delivery above ingest's per event", "Redis CPU per delivery", func(r *benchResult) {
+		{"Redis CPU per delivery above ingest's per event", "Redis CPU per delivery", "", func(r *benchResult) {
 			if server1000(r) {
 				r.reps[0].redisCPU[0].cpu = 60 * time.Millisecond // 29.975 µs a delivery,
 				r.reps[2].redisCPU[0].cpu = 60 * time.Millisecond // twice: the median, over 25
 			}
 		}},
-		{"relay CPU 1.4× the fan-out's", "relay CPU per delivery", func(r *benchResult) {
+		{"relay CPU 1.4× the fan-out's", "relay CPU per delivery", "", func(r *benchResult) {
 			if server1000(r) {
 				for i := range r.reps {
 					r.reps[i].relayCPU = 700 * time.Millisecond
 				}
 			}
 		}},
-		{"10,000 idle destinations cost Redis 2.1% of a core", "10,000 leased idle destinations: Redis", func(r *benchResult) {
+		{"10,000 idle destinations cost Redis 2.1% of a core", "10,000 leased idle destinations: Redis", "", func(r *benchResult) {
 			if r.dests == 10000 {
 				r.idleCPU[0].cpu = 315 * time.Millisecond
 			}
 		}},
-		{"10,000 idle destinations cost the relay 2.1% of a core", "10,000 leased idle destinations: relay", func(r *benchResult) {
+		{"10,000 idle destinations cost the relay 2.1% of a core", "10,000 leased idle destinations: relay", "", func(r *benchResult) {
 			if r.dests == 10000 {
 				r.idleRelayCPU = 315 * time.Millisecond
 			}
 		}},
-		{"relay-added p99 over 1 ms", "relay-added p99", func(r *benchResult) {
+		{"relay-added p99 over 1 ms", "relay-added p99", "", func(r *benchResult) {
 			if r.dests == 1 && r.rate == 200 {
 				r.reps[1].lat = flat(ms(2.1))
 			}
 		}},
-		{"100,000 destinations over 1 GiB", "100,000 destinations on one replica: peak RSS", func(r *benchResult) {
+		{"100,000 destinations over 1 GiB", "100,000 destinations on one replica: peak RSS", "", func(r *benchResult) {
 			if r.dests == 100000 {
 				r.hwm++
 			}
 		}},
-		{"100,000 destinations at 69% of the fan-out", "100,000 destinations on one replica /", func(r *benchResult) {
+		{"100,000 destinations at 69% of the fan-out", "100,000 destinations on one replica /", "", func(r *benchResult) {
 			if r.dests == 100000 {
 				r.reps[0].perSec = 69
 			}
 		}},
-		{"the cluster at 89% of one server", "one account", func(r *benchResult) {
+		{"the cluster at 89% of one server", "one account", "", func(r *benchResult) {
 			if r.cluster {
 				r.reps[0].perSec = 80
+			}
+		}},
+		{"an event keeps 301 B", "Redis memory per 1 KB event", "a week", func(r *benchResult) {
+			if r.ingestOnly() {
+				r.reps[1].memGrowth, r.reps[2].memGrowth = 20000*301, 20000*301 // the median
+			}
+		}},
+		{"a delivery keeps 101 B", "Redis memory per delivery", "", func(r *benchResult) {
+			if memRow(r) {
+				r.memAfter += 10000
+			}
+		}},
+		{"a destination at rest keeps 256 KB and a byte", "Redis memory per destination", "", func(r *benchResult) {
+			if memRow(r) {
+				r.destMemory[0].bytes++
+			}
+		}},
+		{"a week of events at 121 B each is 70.6 GiB", "a week", "", func(r *benchResult) {
+			if r.ingestOnly() {
+				r.reps[1].memGrowth, r.reps[2].memGrowth = 20000*121, 20000*121 // the median; 79 B a delivery, still met
 			}
 		}},
 	} {
@@ -157,7 +199,7 @@ func TestAimsNotMetWhenAMedianFallsShort(t *testing.T) {
 			aims := judgeAims(rows(c.change))
 			for what, state := range verdicts(t, aims) {
 				want := met
-				if strings.HasPrefix(what, c.aim) {
+				if strings.HasPrefix(what, c.aim) || (c.also != "" && strings.HasPrefix(what, c.also)) {
 					want = notMet
 				}
 				if state != want {
@@ -182,7 +224,8 @@ func TestAimsWithoutTheirRowAreNotMeasuredNeverMet(t *testing.T) {
 	aims := judgeAims(rs)
 	for what, state := range verdicts(t, aims) {
 		switch {
-		case strings.HasPrefix(what, "Redis CPU"), strings.HasPrefix(what, "100,000"), strings.HasPrefix(what, "one account"):
+		case strings.HasPrefix(what, "Redis CPU"), strings.HasPrefix(what, "100,000"), strings.HasPrefix(what, "one account"),
+			strings.HasPrefix(what, "Redis memory per 1 KB event"), strings.HasPrefix(what, "Redis memory per delivery"), strings.HasPrefix(what, "a week"):
 			if state != unmeasured {
 				t.Errorf("%q: %s, want not measured:\n%s", what, state, aimsTable(aims))
 			}
@@ -207,7 +250,7 @@ func TestBenchReportGivesEachRowBesideItsBarePathAndTheCPUPerDelivery(t *testing
 	out := benchReport(rs, "0 0 0", "0 0 0")
 	for _, want := range []string{
 		"| 1000         | 1024        | 2 × 3         | as fast as confirmed | this commit | 90           | 100         | 90% (90% / 90% / 90%)",
-		"| 0            | 1024        | 10 × 3        | as fast as confirmed | this commit | 9000         | –           | –",
+		"| 0            | 1024        | 20000 × 3     | as fast as confirmed | this commit | 9000         | –           | –",
 		"| 1000         | 1024        | as fast as confirmed | one server                      | this commit                           | 300.0             | 20.0              | 100.0                    | 50.0",
 		"| 1000         | 1024        | as fast as confirmed | –                               | bare fan-out                          | –                 | –                 | 250.0                    | 40.0",
 		"| 1            | 1024        | as fast as confirmed | –                               | bare pipeline",
@@ -216,6 +259,33 @@ func TestBenchReportGivesEachRowBesideItsBarePathAndTheCPUPerDelivery(t *testing
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestWeekMemoryIsTheWeeksEventsAndEveryDestinationAtRest(t *testing.T) {
+	if got, want := weekMemory(100, 256*1024), 604_800_000*100.0+10_000*256*1024.0; got != want {
+		t.Errorf("weekMemory(100 B, 256 KB) = %.0f, want %.0f", got, want)
+	}
+}
+
+func TestDestKeyShareIsTheDestinationsKeysAndItsShareOfTheAccountChannel(t *testing.T) {
+	for key, want := range map[string]float64{
+		"relay:{acct_bench}:dest:d1":                     1,
+		"relay:{acct_bench}:lease:d1":                    1,
+		"relay:{acct_bench}:attempts:d1":                 1,
+		"relay:{acct_bench}:retries:d1":                  1,
+		"relay:{acct_bench}:chan:destination:d1":         1,
+		"relay:{acct_bench}:chan:destination:d1:seq":     1,
+		"relay:{acct_bench}:chan:account:acct_bench":     0.25,
+		"relay:{acct_bench}:chan:account:acct_bench:seq": 0.25,
+		"relay:{acct_bench}:dest:d11":                    0, // another destination
+		"relay:{acct_bench}:chan:destination:d11:seq":    0,
+		"relay:{acct_bench}:log":                         0, // the events', not the destination's
+		"relay:{other}:dest:d1":                          0,
+	} {
+		if got := destKeyShare(key, "acct_bench", "d1", 4); got != want {
+			t.Errorf("destKeyShare(%q) = %v, want %v", key, got, want)
 		}
 	}
 }

@@ -59,15 +59,17 @@ func (a Appended) Duplicate() bool {
 
 // An append is one MULTI … EXEC per account (its keys share one slot), holding for each
 // event, in order, a call of gateScript and a plain XADD of the entry; a last call of
-// gateScript ends it. The body is an argument of the XADD only: a body passed to a
+// gateScript ends it. The entry is an argument of the XADD only: an argument passed to a
 // script is copied into a Lua string, and Redis's Lua hashes every byte of every string
 // it makes (about 100 µs of Redis CPU for a 64 KB body, docs/benchmarks.md).
 //
 // gateScript decides whether the XADD that follows it may land, and indexes the entry
 // the XADD before it added. KEYS are the log, the log's hold key, the account's
-// position hash and its ordinal index (see below); then, when ARGV[2] is "1", the seen
-// key of the event before (its gate call came just before this one's XADD); then,
-// except in the last call, the event's seen key. ARGV[1] is the dedup TTL in ms.
+// position hash, its ordinal index and its dedup hash (dedup.go); then, except in the
+// last call, the event's marker as versions before the dedup buckets kept it (a key of
+// its own). ARGV are the dedup window in ms, the transaction's time in ms, the
+// fingerprint of the event before (” none: its gate call came just before this one's
+// XADD) and the event's own (” in the last call).
 //
 // It first undoes what it did for a duplicate just before (the log key holds a string:
 // delete it, put the held log back). Otherwise the event before, if any, was admitted:
@@ -75,15 +77,16 @@ func (a Appended) Duplicate() bool {
 // receives, so the script asks Redis for it without copying the entry (a consumer group
 // on the log moved to "$": its last-delivered-id is the last id), counts the event (the
 // position hash's n: its ordinal k), appends "<that id> k <k>" to the index and writes
-// the id into the event's marker (TTL kept), so a replay after the event finds it with
-// one GET. Then, for a new ce-id (SET NX succeeds) it stores a pending marker ("n") and
-// returns 1: the XADD appends to the log. For a ce-id seen already it rewrites the marker unchanged (value and TTL
-// kept: a write of this connection, so a WAIT after it also covers the earlier write
-// that stored the event, replication being in order), moves the log aside under the
-// hold key and puts a string in its place, so the XADD fails with WRONGTYPE and writes
-// nothing; it returns 0. The transaction runs whole and alone, so no client ever sees
-// the log moved aside or a marker pending, and the log's last id and entries-added are
-// those a duplicate never touched. (RENAME moves the log's consumer group with it.)
+// the id into the event's marker, so a replay after the event finds it with one lookup.
+// Then, for a fingerprint no live bucket holds (nor, for a dedup window after the
+// upgrade, an old marker key), it stores a pending marker ("n") and returns 1: the XADD
+// appends to the log. For one seen already it rewrites the marker unchanged (a write of
+// this connection, so a WAIT after it also covers the earlier write that stored the
+// event, replication being in order), moves the log aside under the hold key and puts a
+// string in its place, so the XADD fails with WRONGTYPE and writes nothing; it returns
+// 0. The transaction runs whole and alone, so no client ever sees the log moved aside or
+// a marker pending, and the log's last id and entries-added are those a duplicate never
+// touched. (RENAME moves the log's consumer group with it.)
 //
 // The ordinal index (relay:{acct}:ord) holds one tiny entry per log entry appended
 // since this version, under the log entry's own id, with its ordinal: a destination's
@@ -96,16 +99,15 @@ func (a Appended) Duplicate() bool {
 // Each transaction loads the script itself (SCRIPT LOAD inside the MULTI): an EVALSHA
 // that found no script would fail only when EXEC runs, after the XADD beside it, and a
 // promoted replica starts with no scripts.
-const gateSource = `
+const gateSource = dedupLua + `
 local log, held, pos, ord = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local seen = 5
+local b = dedup_open(KEYS[5], tonumber(ARGV[1]), tonumber(ARGV[2]))
+local prev, fp = ARGV[3], ARGV[4]
 if redis.call('TYPE', log).ok == 'string' then
   redis.call('DEL', log)
   if redis.call('EXISTS', held) == 1 then redis.call('RENAME', held, log) end
-  if ARGV[2] == '1' then seen = 6 end
-elseif ARGV[2] == '1' then
+elseif prev ~= '' then
   -- The event before was admitted (else the log would be a string): index its entry.
-  seen = 6
   local r = redis.pcall('XGROUP', 'SETID', log, 'relay-head', '$')
   if type(r) == 'table' and r.err then redis.pcall('XGROUP', 'CREATE', log, 'relay-head', '$') end
   local id
@@ -117,16 +119,19 @@ elseif ARGV[2] == '1' then
   local k = redis.call('HINCRBY', pos, 'n', 1)
   r = id and redis.pcall('XADD', ord, 'MAXLEN', redis.call('XLEN', log), id, 'k', k)
   if type(r) == 'string' then
-    redis.call('SET', KEYS[5], id, 'XX', 'KEEPTTL')
+    dedup_settle(b, prev, id)
   else -- the XADD stored nothing (the index has that id already): neither is the event
-    redis.call('DEL', KEYS[5])
+    dedup_settle(b, prev, nil)
     redis.call('HINCRBY', pos, 'n', -1)
   end
 end
-if #KEYS < seen then return 1 end
-local old = redis.call('SET', KEYS[seen], 'n', 'NX', 'PX', ARGV[1], 'GET')
-if not old then return 1 end
-redis.call('SET', KEYS[seen], old, 'XX', 'KEEPTTL')
+if fp == '' then return 1 end
+local key, old = dedup_find(b, fp, KEYS[6])
+if not old then
+  dedup_add(b, fp)
+  return 1
+end
+if key == KEYS[6] then redis.call('SET', key, old, 'XX', 'KEEPTTL') else redis.call('HSET', key, fp, old) end
 if redis.call('EXISTS', log) == 1 then redis.call('RENAME', log, held) end
 redis.call('SET', log, '')
 return 0
@@ -156,8 +161,9 @@ func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAg
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	ttl := strconv.FormatInt(dedup.Milliseconds(), 10)
-	minID := strconv.FormatInt(time.Now().Add(-logMaxAge).UnixMilli(), 10)
+	now := s.clock()
+	window, nowMS := strconv.FormatInt(dedup.Milliseconds(), 10), strconv.FormatInt(now.UnixMilli(), 10)
+	minID := strconv.FormatInt(now.Add(-logMaxAge).UnixMilli(), 10)
 	out := make([]Appended, len(batch))
 	var accts []*accountAppends
 	byAcct := map[string]*accountAppends{}
@@ -192,7 +198,7 @@ func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAg
 	errs := make([]error, len(masters))
 	var wg sync.WaitGroup
 	for i, m := range masters {
-		wg.Go(func() { errs[i] = s.appendOn(ctx, m, byMaster[m], ttl, minID) })
+		wg.Go(func() { errs[i] = s.appendOn(ctx, m, byMaster[m], window, nowMS, minID) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -204,27 +210,23 @@ func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAg
 
 // appendOn runs the transactions of accts on one master in one pipeline, ending in WAIT
 // with Options.MinReplicas, and sets each entry's log id.
-func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*accountAppends, ttl, minID string) error {
+func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*accountAppends, window, nowMS, minID string) error {
 	pipe := m.Pipeline()
 	// Arguments shared by many commands are boxed once (each boxing of a string allocates).
-	sha, ttlArg, minIDArg := any(gateScript.Hash()), any(ttl), any(minID)
+	sha, windowArg, nowArg, minIDArg := any(gateScript.Hash()), any(window), any(nowMS), any(minID)
 	execs := make([]*redis.Cmd, len(accts))
 	for k, aa := range accts {
-		log, held, pos, ord := any(logKey(aa.acct)), any(heldKey(aa.acct)), any(posKey(aa.acct)), any(ordKey(aa.acct))
+		log, held, pos, ord, dd := any(logKey(aa.acct)), any(heldKey(aa.acct)), any(posKey(aa.acct)), any(ordKey(aa.acct)), any(dedupKey(aa.acct))
 		pipe.Do(ctx, "multi")
 		pipe.Do(ctx, "script", "load", gateSource)
-		var prev any // the seen key of the event before, for its gate call to index it
+		prev := any("") // the fingerprint of the event before, for its gate call to index it
 		for _, e := range aa.entries {
-			seen := any(seenKey(aa.acct, e.EventID))
-			if prev == nil {
-				pipe.Do(ctx, "evalsha", sha, 5, log, held, pos, ord, seen, ttlArg, "0")
-			} else {
-				pipe.Do(ctx, "evalsha", sha, 6, log, held, pos, ord, prev, seen, ttlArg, "1")
-			}
+			fp := any(fingerprint(e.EventID))
+			pipe.Do(ctx, "evalsha", sha, 6, log, held, pos, ord, dd, seenKey(aa.acct, e.EventID), windowArg, nowArg, prev, fp)
 			pipe.Do(ctx, e.xaddArgs(log, minIDArg)...)
-			prev = seen
+			prev = fp
 		}
-		pipe.Do(ctx, "evalsha", sha, 5, log, held, pos, ord, prev, ttlArg, "1")
+		pipe.Do(ctx, "evalsha", sha, 5, log, held, pos, ord, dd, windowArg, nowArg, prev, "")
 		execs[k] = pipe.Do(ctx, "exec")
 	}
 	var acked *redis.Cmd

@@ -154,16 +154,17 @@ func (s *Store) findEvent(ctx context.Context, acct, ceID string) (string, error
 
 // findEventFrom is findEvent for an entry at or before the log id end ("+": any). The
 // account's dedup marker for the ce-id holds its log id (see gateSource), so the lookup
-// is one GET: no marker, no such event. A marker from before the index ("1") falls back
-// to reading back from end at most legacyLookback entries; so does one whose id is past
-// end (the ce-id came again after its marker expired: the entry wanted is older).
+// is one small script: no marker, no such event. A marker from before the index ("1")
+// falls back to reading back from end at most legacyLookback entries; so does one whose
+// id is past end (the ce-id came again after its marker expired: the entry wanted is
+// older).
 func (s *Store) findEventFrom(ctx context.Context, acct, ceID, end string) (string, error) {
-	v, err := s.rdb.Get(ctx, seenKey(acct, ceID)).Result()
+	v, err := s.marker(ctx, acct, ceID)
 	switch {
-	case errors.Is(err, redis.Nil):
-		return "", ErrNoSuchEvent
 	case err != nil:
 		return "", err
+	case v == "":
+		return "", ErrNoSuchEvent
 	case isLogID(v) && (end == "+" || CompareIDs(v, end) <= 0):
 		return v, nil
 	}
@@ -171,9 +172,13 @@ func (s *Store) findEventFrom(ctx context.Context, acct, ceID, end string) (stri
 	if err != nil {
 		return "", err
 	}
-	for _, m := range msgs {
-		if v, _ := m.Values["event_id"].(string); v == ceID {
-			return m.ID, nil
+	es, err := logEntries(msgs)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range es {
+		if e.EventID == ceID {
+			return e.ID, nil
 		}
 	}
 	return "", ErrNoSuchEvent

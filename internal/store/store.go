@@ -21,8 +21,9 @@ type Store struct {
 	rdb         redis.UniversalClient
 	minReplicas int
 	bounds      Bounds
-	commits     group  // commits arriving together share a round trip (group.go)
-	ping        pinger // one PING at a time for readiness and scrapes (ping.go)
+	commits     group            // commits arriving together share a round trip (group.go)
+	ping        pinger           // one PING at a time for readiness and scrapes (ping.go)
+	now         func() time.Time // the clock appends write with (clock); nil: time.Now
 }
 
 // New returns a Store over an open Redis client: a *redis.Client for one server, a
