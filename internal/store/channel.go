@@ -62,7 +62,45 @@ func (s *Store) ReadChannel(ctx context.Context, acct, channel string, after int
 			Data: json.RawMessage(str(m.Values["data"])),
 		})
 	}
+	if err := s.followPointers(ctx, acct, msgs, out.Events); err != nil {
+		return ChannelPage{}, err
+	}
 	return out, nil
+}
+
+// followPointers fills in the events of an account channel's page that are pointers
+// (emit_both: the destination's id "d" and the event's sequence "s" in its channel)
+// with the data of the events they point at, read in one round trip. A pointer whose
+// event its channel no longer holds (trimmed a moment before the account's channel
+// was, or the channel gone) is served as resync.required: the follower loads a new
+// snapshot, which holds what the event said.
+func (s *Store) followPointers(ctx context.Context, acct string, msgs []redis.XMessage, evs []ChannelEvent) error {
+	pipe := s.rdb.Pipeline()
+	reads := map[int]*redis.XMessageSliceCmd{}
+	for i, m := range msgs {
+		d, ok := m.Values["d"].(string)
+		if !ok {
+			continue
+		}
+		id := str(m.Values["s"]) + "-0"
+		reads[i] = pipe.XRange(ctx, chanKey(acct, DestinationChannel(d)), id, id)
+	}
+	if len(reads) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	for i, r := range reads {
+		if got := r.Val(); len(got) == 1 && str(got[0].Values["type"]) == evs[i].Type {
+			evs[i].Data = json.RawMessage(str(got[0].Values["data"]))
+			continue
+		}
+		d, _ := json.Marshal(map[string]string{"destination": str(msgs[i].Values["d"]),
+			"reason": "the destination's event is no longer kept: load a new snapshot"})
+		evs[i].Type, evs[i].Data = "resync.required", d
+	}
+	return nil
 }
 
 func seqOf(id string) int64 {

@@ -121,8 +121,13 @@ local function commit_one()
     return {status, 0, tonumber(redis.call('GET', KEYS[3]) or '0'), stored_cursor, 0}
   end
   local failures = tonumber(h[5] or '0')
+  local was_failures, was_failing = failures, failing
   local etype
-  local fields = {destination = dest_id, event_id = event_id, message_id = message_id, message = message, test = is_test}
+  -- The event's fields, the empty ones left out (they cost every delivery's event bytes).
+  local fields = {destination = dest_id, event_id = event_id}
+  if message_id ~= '' then fields.message_id = message_id end
+  if message ~= '' then fields.message = message end
+  if is_test then fields.test = true end
   if kind == 'delivered' then
     failures = 0
     if failing then del[#del + 1] = 'failing' end -- the run of failures ends
@@ -180,8 +185,13 @@ local function commit_one()
     end
     redis.call('XTRIM', KEYS[6], 'MINID', keep)
   end
-  local seq = emit_both(etype, now_ms, cutoff, fields,
-    state_json(status, failures, last_failure, last_delivery, disabled_json, failing, pending))
+  -- The event carries the card fields this outcome changed, not the whole card.
+  local changed = {}
+  if kind == 'delivered' then changed = {'last_delivery', last_delivery}
+  elseif kind == 'rejected' or kind == 'not_taken' then changed = {'last_failure', last_failure} end
+  if failures ~= was_failures then changed[#changed + 1] = 'consecutive_failures'; changed[#changed + 1] = failures end
+  if failing ~= was_failing then changed[#changed + 1] = 'failing'; changed[#changed + 1] = failing end
+  local seq = emit_both(etype, now_ms, cutoff, fields, changes_json(unpack(changed)))
   local disabled = 0
   if kind == 'rejected' and failures >= disable_after and status == 'active' then
     local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message

@@ -58,12 +58,13 @@ local function card_state(destkey)
 end
 
 -- emit appends one event to a channel with the next gap-free sequence, keeping about
--- chan_max events. Every 32nd event it also trims the channel of events older than
--- cutoff (ms): bounded work, off the common path. Either trim drops the oldest only, so
--- what stays is gap-free and a reader's cursor before it is expired (ReadChannel).
-local function emit(stream, seqkey, etype, now_ms, cutoff, data)
+-- chan_max events; after its type and time come its fields (data, or a pointer's). Every
+-- 32nd event it also trims the channel of events older than cutoff (ms): bounded work,
+-- off the common path. Either trim drops the oldest only, so what stays is gap-free and
+-- a reader's cursor before it is expired (ReadChannel).
+local function emit(stream, seqkey, etype, now_ms, cutoff, ...)
   local seq = redis.call('INCR', seqkey)
-  xadd_kept(stream, chan_max, seq .. '-0', 'type', etype, 'at', now_ms, 'data', data)
+  xadd_kept(stream, chan_max, seq .. '-0', 'type', etype, 'at', now_ms, ...)
   if seq % 32 ~= 0 then return seq end
   local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
   if first and tonumber(first[2][4]) < cutoff then
@@ -78,9 +79,11 @@ local function emit(stream, seqkey, etype, now_ms, cutoff, data)
   return seq
 end
 
--- emit_both appends the same happening to the destination's and the account's channel.
--- KEYS[1] is the destination hash, KEYS[2..5] the two channels and their counters. The
--- event carries state (a table, or its JSON from state_json), or when nil the card's
+-- emit_both appends a happening to the destination's channel and a pointer to it to the
+-- account's channel: the destination's id and the event's sequence there (ReadChannel
+-- serves the event it points at), so the account channel holds no second copy. KEYS[1]
+-- is the destination hash, KEYS[2..5] the two channels and their counters. The event
+-- carries state: a table, or JSON (state_json, changes_json), or when nil the card's
 -- state as stored.
 local function emit_both(etype, now_ms, cutoff, fields, state)
   local data
@@ -91,9 +94,24 @@ local function emit_both(etype, now_ms, cutoff, fields, state)
     fields.state = state or card_state(KEYS[1])
     data = cjson.encode(fields)
   end
-  local seq = emit(KEYS[2], KEYS[3], etype, now_ms, cutoff, data)
-  emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, data)
+  local seq = emit(KEYS[2], KEYS[3], etype, now_ms, cutoff, 'data', data)
+  if type(fields.destination) == 'string' and fields.destination ~= '' then
+    emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, 'd', fields.destination, 's', seq)
+  else
+    emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, 'data', data)
+  end
   return seq
+end
+
+-- changes_json is a state object of only the card fields a change set: pairs of a
+-- field's name and its value as stored (JSON; a number; nil, false or '': null).
+-- A follower sets each field it names and keeps the others.
+local function changes_json(...)
+  local args, parts = {...}, {}
+  for i = 1, select('#', ...), 2 do
+    parts[#parts + 1] = '"' .. args[i] .. '":' .. raw(args[i + 1])
+  end
+  return '{' .. table.concat(parts, ',') .. '}'
 end
 
 -- announce_disabled appends destination.disabled to the account's outbox, for

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/mercamap/relay/internal/destination"
@@ -68,8 +70,9 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 	return c
 }
 
-// CardState is the part of a card every channel event carries (lua.go's card_state):
-// a follower replaces these fields of its copy of the card with it.
+// CardState is the part of a card a channel event's state changes (lua.go's card_state
+// and changes_json): an event names all of its fields, or only those it changed, and a
+// follower sets the fields it names (ApplyChanges).
 type CardState struct {
 	Status              string              `json:"status"`
 	ConsecutiveFailures int                 `json:"consecutive_failures"`
@@ -85,4 +88,38 @@ func (c *Card) Apply(st CardState) {
 	c.Status, c.ConsecutiveFailures = st.Status, st.ConsecutiveFailures
 	c.LastFailure, c.LastDelivery, c.Disabled, c.Failing = st.LastFailure, st.LastDelivery, st.Disabled, st.Failing
 	c.Pending = st.Pending
+}
+
+// State is the card's state fields.
+func (c *Card) State() CardState {
+	return CardState{Status: c.Status, ConsecutiveFailures: c.ConsecutiveFailures, LastFailure: c.LastFailure,
+		LastDelivery: c.LastDelivery, Disabled: c.Disabled, Failing: c.Failing, Pending: c.Pending}
+}
+
+// ApplyChanges sets the card's state fields an event's state object names (JSON: a
+// field's name, its new value; null clears it) and keeps the others; names it does not
+// know are left alone. An object that is not a state changes nothing and says so.
+func (c *Card) ApplyChanges(changes map[string]json.RawMessage) error {
+	b, err := json.Marshal(c.State())
+	if err != nil {
+		return err
+	}
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	for k, v := range changes {
+		if _, ok := fields[k]; ok {
+			fields[k] = v
+		}
+	}
+	if b, err = json.Marshal(fields); err != nil {
+		return err
+	}
+	var st CardState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("channel event's state: %w", err)
+	}
+	c.Apply(st)
+	return nil
 }

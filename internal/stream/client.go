@@ -357,8 +357,8 @@ func (c *Client) drainHeld(ctx context.Context) error {
 
 // eventData is what every channel event's data holds (lua.go's emit_both).
 type eventData struct {
-	Destination string     `json:"destination"`
-	State       *CardState `json:"state"`
+	Destination string                     `json:"destination"`
+	State       map[string]json.RawMessage `json:"state"` // the card fields it changed (CardState's names)
 }
 
 // apply applies the event that follows the cursor.
@@ -378,7 +378,10 @@ func (c *Client) apply(ctx context.Context, ev Event) error {
 			// snapshot has its card.
 			return c.resnapshot(ctx)
 		}
-		cur.Apply(*d.State)
+		if err := cur.ApplyChanges(d.State); err != nil {
+			c.mu.Unlock()
+			return c.resnapshot(ctx) // a state this client cannot read: start again from a snapshot
+		}
 		if c.view.Account == nil {
 			cur.Sequence = ev.Sequence
 		} else {

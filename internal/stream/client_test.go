@@ -364,8 +364,8 @@ func TestALongBusErrorLeavesLiveEventsAsEvents(t *testing.T) {
 			State stream.CardState `json:"state"`
 		} `json:"data"`
 	}
-	if err := json.Unmarshal([]byte(datas[2]), &ev); err != nil || ev.Data.State.LastFailure == nil {
-		t.Fatalf("the delivery's event %s carries no card state: %v", datas[2], err)
+	if err := json.Unmarshal([]byte(datas[1]), &ev); err != nil || ev.Data.State.LastFailure == nil {
+		t.Fatalf("the rejection's event %s carries no last failure: %v", datas[1], err)
 	}
 	m := ev.Data.State.LastFailure.Message
 	if len(m) > 4096 || !strings.Contains(m, "AccessDeniedException: User: arn:aws:sts::111122223333") {

@@ -25,6 +25,8 @@ const maxBackoff = 5000;
 const maxHeld = 1000;
 const replayLimit = 1000;
 const rememberedIds = 2000;
+// stateFields are the card fields a channel event's state may name (stream.CardState).
+const stateFields = ['status', 'consecutive_failures', 'last_failure', 'last_delivery', 'disabled', 'failing', 'pending'];
 const maxChannels = 100; // api.MaxMultiplexChannels: channels on one subscription
 
 export class Follower {
@@ -200,13 +202,12 @@ export class Follower {
     const d = ev.data || {};
     let changed = null;
     if (d.destination && d.state && this.card && d.destination === this.card.id) {
-      // Every event carries the card's state fields: replace ours with them.
-      const s = d.state;
-      Object.assign(this.card, {
-        status: s.status, consecutive_failures: s.consecutive_failures, last_failure: s.last_failure,
-        last_delivery: s.last_delivery, disabled: s.disabled, failing: s.failing ?? null,
-        pending: s.pending ?? null, sequence: ev.sequence,
-      });
+      // An event's state names the card fields it changed (all of them, or a few):
+      // set those, keep the others.
+      for (const k of stateFields) {
+        if (Object.hasOwn(d.state, k)) this.card[k] = d.state[k] ?? null;
+      }
+      this.card.sequence = ev.sequence;
       changed = this.card;
     }
     this.cursor = ev.sequence;
