@@ -161,8 +161,10 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Accounts: cfg.Accounts,
 		Outbox:   outbox,
 		Logger:   log.With("component", "dispatch"),
-		// The logs keep events for the dedup window (ingest's LogRetention): replays reach that far.
-		LogRetention: cfg.DedupWindow,
+		// The logs keep what every destination passed for the replay window (trimmed by
+		// dispatch; ingest's LogRetention, the dedup window, bounds everything): replays
+		// reach that far.
+		LogRetention: cfg.LogReplayWindow(),
 		Metrics:      dispatch.NewMetrics(reg),
 		Tracer:       dispatchTracer,
 	})

@@ -147,7 +147,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 	var tooOld store.ErrTooOld
 	switch {
 	case errors.As(err, &tooOld):
-		writeError(w, errInvalid("the replay point is older than the log keeps; the oldest point still replayable is "+
+		writeError(w, errInvalid("the replay point is older than the log keeps; the oldest point still replayable (the card's replayable_from) is "+
 			tooOld.Oldest.UTC().Format(time.RFC3339)))
 		return
 	case errors.Is(err, store.ErrNoSuchEvent):

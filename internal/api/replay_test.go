@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -54,5 +55,37 @@ func TestReplayRouteRedeliversInOrderAndRefusesAPointOlderThanTheLog(t *testing.
 	}
 	if a := call(t, "POST", bus+"/activate", apitest.Acct1Token, `{"replay":"since_paused"}`).json(t); a["status"] != "active" {
 		t.Fatalf("since_paused: %v", a)
+	}
+}
+
+// Events every destination delivered go from the log once they are older than the replay
+// window; a replay after one of them is refused with 400 naming replayable_from, and a
+// replay after an event still in the window resends exactly what followed it, in order.
+func TestAReplayIntoTheTrimmedPartIsRefusedAndOneInTheWindowIsExact(t *testing.T) {
+	const window = 2 * time.Second
+	r := apitest.New(t, apitest.Options{ReplayWindow: window, TrimEvery: 50 * time.Millisecond})
+	r.Start()
+	bus := r.URL + fmt.Sprintf(dests, "eventbridge") + "/orders-bus"
+	old := r.Publish(apitest.Acct1, 3)
+	apitest.WaitFor(t, 20*time.Second, "3 deliveries", func() bool { return len(r.Sink.Delivered("orders-bus")) == 3 })
+	// Every destination of acct_1 has delivered them: once past the window they go.
+	apitest.WaitFor(t, 20*time.Second, "the delivered events trimmed from the log", func() bool {
+		n, err := r.Store.Client().XLen(context.Background(), "relay:{acct_1}:log").Result()
+		return err == nil && n == 0
+	})
+	a := call(t, "POST", bus+"/replay", apitest.Acct1Token, `{"after_event":"`+old[1]+`"}`)
+	if a.status != 400 || a.errorCode(t) != "INVALID_ARGUMENT" || !strings.Contains(string(a.body), "replayable_from") {
+		t.Fatalf("replay after a trimmed event: %d %s", a.status, a.body)
+	}
+
+	fresh := r.Publish(apitest.Acct1, 4)
+	apitest.WaitFor(t, 20*time.Second, "7 deliveries", func() bool { return len(r.Sink.Delivered("orders-bus")) == 7 })
+	if a := call(t, "POST", bus+"/replay", apitest.Acct1Token, `{"after_event":"`+fresh[0]+`"}`); a.status != 200 {
+		t.Fatalf("replay within the window: %d %s", a.status, a.body)
+	}
+	want := slices.Concat(old, fresh, fresh[1:])
+	apitest.WaitFor(t, 20*time.Second, "the replay", func() bool { return len(r.Sink.Delivered("orders-bus")) >= len(want) })
+	if got := r.Sink.Delivered("orders-bus"); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
 	}
 }

@@ -310,6 +310,9 @@ func (p *parser) checkSignature(c *Config) {
 	}
 	// A relay behind a durable queue may see a re-emit long after the first copy: the
 	// dedup marker must outlive every message the signature window still accepts.
+	if w := c.Delivery.ReplayWindow; w < 0 || w > c.DedupWindow {
+		p.add("delivery.replay_window", "%s must be between 0 (the default, %s) and dedup_window (%s), which is how long account logs keep anything", w, DefaultReplayWindow, c.DedupWindow)
+	}
 	if c.DedupWindow <= c.Signature.MaxAge {
 		p.add("dedup_window", "%s must be longer than signature.max_age (%s): otherwise a re-emitted event could be delivered twice", c.DedupWindow, c.Signature.MaxAge)
 	} else if c.Delivery.MaxMessageAge >= c.DedupWindow {

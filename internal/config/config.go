@@ -229,6 +229,12 @@ type Delivery struct {
 	ChannelRetention  time.Duration
 	LabelRecheck      time.Duration
 	AttemptsRetention time.Duration // never shorter than ChannelRetention
+	// ReplayWindow is how long an account's log keeps an event every destination has
+	// passed: a replay reaches that far back. An event some destination still has to
+	// deliver stays until it has (at most DedupWindow, how long logs keep anything).
+	// Zero: DefaultReplayWindow, or the dedup window when that is shorter
+	// (Config.LogReplayWindow).
+	ReplayWindow time.Duration
 	// Count bounds, beside the age ones: each channel keeps about its newest
 	// ChannelMaxEvents events, each destination's attempt log its newest AttemptsMax
 	// lines, whatever their age.
@@ -356,4 +362,17 @@ func redacted(secret string) string {
 		return `""`
 	}
 	return "[redacted]"
+}
+
+// DefaultReplayWindow is delivery.replay_window's default.
+const DefaultReplayWindow = 24 * time.Hour
+
+// LogReplayWindow is delivery.replay_window as it applies: the default when unset,
+// never longer than the dedup window (check refuses a longer one).
+func (c *Config) LogReplayWindow() time.Duration {
+	w := c.Delivery.ReplayWindow
+	if w == 0 {
+		w = DefaultReplayWindow
+	}
+	return min(w, c.DedupWindow)
 }

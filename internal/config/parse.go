@@ -310,6 +310,7 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"channel_retention":        func(v *yaml.Node, path string) { w.duration(v, path, &d.ChannelRetention) },
 				"label_recheck":            func(v *yaml.Node, path string) { w.duration(v, path, &d.LabelRecheck) },
 				"attempts_retention":       func(v *yaml.Node, path string) { w.duration(v, path, &d.AttemptsRetention) },
+				"replay_window":            func(v *yaml.Node, path string) { w.duration(v, path, &d.ReplayWindow) },
 				"channel_max_events":       func(v *yaml.Node, path string) { w.integer(v, path, &d.ChannelMaxEvents) },
 				"attempts_max":             func(v *yaml.Node, path string) { w.integer(v, path, &d.AttemptsMax) },
 				"operator_events_exchange": func(v *yaml.Node, path string) { w.str(v, path, &d.OperatorEventsExchange) },

@@ -56,9 +56,13 @@ type Options struct {
 	MaxActive int
 	Now       func() time.Time // nil: time.Now
 	Tracer    Tracer           // nil: no traces (trace.go)
-	// LogRetention is how long the account logs keep events (the dedup window): the
-	// oldest point a replay may start from. 0: no bound is checked.
+	// LogRetention is how long the account logs keep events every destination has
+	// passed (delivery.replay_window): the oldest point a replay may start from, and
+	// what trimLogs keeps. 0: no bound is checked, nothing is trimmed.
 	LogRetention time.Duration
+	// TrimEvery is how often an account's log is trimmed to LogRetention (trim.go);
+	// zero: a minute.
+	TrimEvery time.Duration
 }
 
 // ErrNotFound is returned for a destination id the config does not define.
@@ -235,6 +239,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); d.watchLogs(ctx) }()
+	if d.opts.LogRetention > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.trimLogs(ctx) }()
+	}
 	ttl := d.opts.Delivery.LeaseTTL
 	tick := time.NewTicker(ttl / 3)
 	defer tick.Stop()

@@ -4,6 +4,7 @@
 package apitest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -145,6 +146,9 @@ type Options struct {
 	// Pending leaves the destinations pending, as config first adds them; otherwise they
 	// are active, as destinations stored by an earlier run keep their status.
 	Pending bool
+	// ReplayWindow, when set, is the rig's replay window instead of LogRetention, its
+	// logs trimmed to it every TrimEvery (0: dispatch's default).
+	ReplayWindow, TrimEvery time.Duration
 }
 
 // Rig is a running API over a real Redis and Dispatcher.
@@ -186,7 +190,7 @@ func New(t testing.TB, opts Options) *Rig {
 	maps.Copy(sinks, opts.Sinks)
 	disp := dispatch.New(dispatch.Options{
 		Store: st, Delivery: cfg.Delivery, Accounts: cfg.Accounts, Poll: 20 * time.Millisecond, Metrics: metrics,
-		LogRetention: LogRetention, Sinks: sinks,
+		LogRetention: cmp.Or(opts.ReplayWindow, LogRetention), TrimEvery: opts.TrimEvery, Sinks: sinks,
 	})
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(lag.New(lag.Options{Store: st, Held: disp.Held, Interval: opts.LagInterval}))
