@@ -131,6 +131,8 @@ type repResult struct {
 	rabbitCPU time.Duration // the broker (-rabbit-pid), 0 when not given
 	bare      *bareResult   // the bare path's repetition of the same index
 	memGrowth int64         // the ingest row: used_memory once the log holds the events, less before the first publish
+	dedupSize int64         // the ingest row: MEMORY USAGE of the account's dedup keys once the log holds the events
+	logLen    int64         // the ingest row: the log's length then (the markers' count)
 	// assumeCalls is how many AssumeRole calls STS answered meanwhile: each reads the
 	// role's ExternalId from Redis (RequireExternalIDOf), a cost that is the bench's own.
 	assumeCalls int
@@ -587,6 +589,24 @@ func destinationMemory(ctx context.Context, rdb redis.UniversalClient, acct, id 
 	return out, err
 }
 
+// keysMemory is MEMORY USAGE … SAMPLES 0 summed over the keys matching pattern, on
+// every master.
+func keysMemory(ctx context.Context, rdb redis.UniversalClient, pattern string) (int64, error) {
+	var total atomic.Int64
+	err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error {
+		iter := m.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			n, err := m.MemoryUsage(ctx, iter.Val(), 0).Result()
+			if err != nil {
+				return fmt.Errorf("%s: %w", iter.Val(), err)
+			}
+			total.Add(n)
+		}
+		return iter.Err()
+	})
+	return total.Load(), err
+}
+
 // destKeyShare is the share of key that destination id of acct carries when the account
 // has dests destinations (internal/store keys.go): all of every key named after it (its
 // card, lease, attempts, retries, its channel and the channel's counter), 1/dests of
@@ -690,6 +710,13 @@ func (e *benchEnv) timedIngest(ctx context.Context, r benchRun, k, relayPID int,
 		return one, "INFO memory: " + err.Error()
 	}
 	one.memGrowth = mem1 - mem0
+	// The markers' share: they are kept for the dedup window, the log for the replay window.
+	if one.dedupSize, err = keysMemory(ctx, rdb, "relay:{acct_bench}:dd*"); err != nil {
+		return one, "MEMORY USAGE: " + err.Error()
+	}
+	if one.logLen, err = rdb.XLen(ctx, benchLogKey).Result(); err != nil {
+		return one, "XLEN: " + err.Error()
+	}
 	return one, ""
 }
 

@@ -38,6 +38,8 @@ const (
 	aimWeekEvents     = 1000 * 7 * 24 * 3600 // a week at 1,000 events/s
 	aimWeekDests      = 10000                // destinations of that week
 	aimWeekGiB        = 64                   // what Redis may hold for it
+	aimReplayWindow   = 24 * time.Hour       // delivery.replay_window's default: how long the log keeps what was delivered
+	aimReplayEvents   = 1000 * 24 * 3600     // the events of that window at 1,000 events/s
 )
 
 // aimState is an aim's verdict: measured and met or not, or not measured in this run.
@@ -232,24 +234,39 @@ func memoryAims(results []benchResult) []aim {
 		dest.state = judge(perDest > 0 && perDest <= aimMemPerDestKiB*1024)
 	}
 
-	week := aim{what: fmt.Sprintf("a week at 1,000 events/s, 1 KB, %s destinations (from the rows above): %s events × memory per event + %s × memory per destination at rest",
-		thousands(aimWeekDests), thousands(aimWeekEvents), thousands(aimWeekDests)),
+	week := aim{what: fmt.Sprintf("a week at 1,000 events/s, 1 KB, %s destinations (from the rows above): %s events × 1.25 × a dedup marker (kept a window and up to a quarter more) + a replay window's (%s) %s events × (memory per event − its marker) + %s × memory per destination at rest",
+		thousands(aimWeekDests), thousands(aimWeekEvents), aimReplayWindow, thousands(aimReplayEvents), thousands(aimWeekDests)),
 		target: fmt.Sprintf("≤ %d GiB", aimWeekGiB), figure: "per event or per destination not measured"}
 	if event.state != unmeasured && dest.state != unmeasured {
-		w := weekMemory(perEvent, perDest)
-		week.figure = fmt.Sprintf("%.1f GiB (%.1f GiB of events, %.1f GiB of destinations)", w/(1<<30),
-			weekMemory(perEvent, 0)/(1<<30), weekMemory(0, perDest)/(1<<30))
+		marker := ingest.dedupPerEvent()
+		w := weekMemory(perEvent, marker, perDest)
+		week.figure = fmt.Sprintf("%.1f GiB (markers %.1f GiB at %.0f B each, log %.1f GiB, destinations %.1f GiB)", w/(1<<30),
+			weekMemory(marker, marker, 0)/(1<<30), marker, weekMemory(perEvent, marker, 0)/(1<<30)-weekMemory(marker, marker, 0)/(1<<30),
+			weekMemory(0, 0, perDest)/(1<<30))
 		week.state = judge(w <= aimWeekGiB<<30)
 	}
 	return []aim{event, delivery, dest, week}
 }
 
 // weekMemory is what Redis holds, in bytes, after a week at 1,000 events/s to
-// aimWeekDests destinations, from one event's and one destination's figures (bytes):
-// every event of the week kept, and every destination at rest with the history a
-// 10,000-delivery row leaves. When what is kept for a week changes, change it here.
-func weekMemory(perEvent, perDest float64) float64 {
-	return aimWeekEvents*perEvent + aimWeekDests*perDest
+// aimWeekDests destinations, from one event's, one dedup marker's and one destination's
+// figures (bytes): every event's marker for the dedup window (a week) and up to a
+// quarter more (whole buckets expire), every event's log entry and index for the replay
+// window (delivery.replay_window's default: every destination keeping up), and every
+// destination at rest with the history a 10,000-delivery row leaves. When what is kept
+// changes, change it here.
+func weekMemory(perEvent, perMarker, perDest float64) float64 {
+	return aimWeekEvents*1.25*perMarker + aimReplayEvents*(perEvent-perMarker) + aimWeekDests*perDest
+}
+
+// dedupPerEvent is the ingest row's dedup keys' bytes per marker, from the last
+// repetition (the keys hold every repetition's markers).
+func (r benchResult) dedupPerEvent() float64 {
+	last := r.reps[len(r.reps)-1]
+	if last.logLen == 0 {
+		return 0
+	}
+	return float64(last.dedupSize) / float64(last.logLen)
 }
 
 // memPerEvent is the ingest row's used_memory growth per stored event, median of the
