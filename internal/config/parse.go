@@ -89,7 +89,7 @@ func defaults() *Config {
 			ChannelRetention:       168 * time.Hour,
 			LabelRecheck:           15 * time.Minute,
 			AttemptsRetention:      720 * time.Hour,
-			ChannelMaxEvents:       10000,
+			ChannelMaxEvents:       2000,
 			AttemptsMax:            10000,
 			OperatorEventsExchange: DefaultOperatorEventsExchange,
 			CommitWait:             5 * time.Millisecond,

@@ -55,12 +55,9 @@ func (s *Store) ReadChannel(ctx context.Context, acct, channel string, after int
 	if int64(len(msgs)) > limit {
 		msgs, out.More = msgs[:limit], true
 	}
+	dest, _ := strings.CutPrefix(channel, "destination:")
 	for _, m := range msgs {
-		ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
-		out.Events = append(out.Events, ChannelEvent{
-			Sequence: seqOf(m.ID), Type: str(m.Values["type"]), Time: time.UnixMilli(ms).UTC(),
-			Data: json.RawMessage(str(m.Values["data"])),
-		})
+		out.Events = append(out.Events, channelEvent(dest, m))
 	}
 	if err := s.followPointers(ctx, acct, msgs, out.Events); err != nil {
 		return ChannelPage{}, err
@@ -93,7 +90,7 @@ func (s *Store) followPointers(ctx context.Context, acct string, msgs []redis.XM
 	}
 	for i, r := range reads {
 		if got := r.Val(); len(got) == 1 && str(got[0].Values["type"]) == evs[i].Type {
-			evs[i].Data = json.RawMessage(str(got[0].Values["data"]))
+			evs[i].Data = channelEvent(str(msgs[i].Values["d"]), got[0]).Data
 			continue
 		}
 		d, _ := json.Marshal(map[string]string{"destination": str(msgs[i].Values["d"]),
@@ -101,6 +98,71 @@ func (s *Store) followPointers(ctx context.Context, acct string, msgs []redis.XM
 		evs[i].Type, evs[i].Data = "resync.required", d
 	}
 	return nil
+}
+
+// channelEvent is a stored channel event as a reader gets it: its data as stored, or,
+// for a delivery's outcome kept in its short form (emit_outcome), built by outcomeData
+// for destination dest.
+func channelEvent(dest string, m redis.XMessage) ChannelEvent {
+	ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
+	ev := ChannelEvent{Sequence: seqOf(m.ID), Type: str(m.Values["type"]), Time: time.UnixMilli(ms).UTC()}
+	if d, ok := m.Values["data"].(string); ok {
+		ev.Data = json.RawMessage(d)
+	} else if _, ok := m.Values["e"]; ok {
+		ev.Data = outcomeData(dest, ev.Type, ev.Time, m.Values)
+	}
+	return ev
+}
+
+// outcomeClass is the class a delivery outcome's event names, by its type.
+var outcomeClass = map[string]string{"delivery.succeeded": KindDelivered, "delivery.rejected": KindRejected,
+	"delivery.not_taken": KindNotTaken, "message.expired": KindExpired}
+
+// outcomeData is the data of a delivery's outcome from its short form: the event's
+// fields, and the card fields the outcome changed, as the card holds them (the last
+// delivery or failure at the event's time, the count of failures in a row and the
+// failing warning when they moved).
+func outcomeData(dest, typ string, at time.Time, v map[string]any) json.RawMessage {
+	type lastDelivery struct {
+		At      string `json:"at"`
+		EventID string `json:"event_id"`
+	}
+	type lastFailure struct {
+		At      string `json:"at"`
+		EventID string `json:"event_id"`
+		Class   string `json:"class"`
+		Message string `json:"message"`
+	}
+	class, iso, id := outcomeClass[typ], at.Format(time.RFC3339Nano), str(v["e"])
+	state := map[string]any{}
+	switch class {
+	case KindDelivered:
+		state["last_delivery"] = lastDelivery{iso, id}
+	case KindRejected, KindNotTaken:
+		state["last_failure"] = lastFailure{iso, id, class, str(v["x"])}
+	}
+	if f, ok := v["f"].(string); ok {
+		state["consecutive_failures"], _ = strconv.Atoi(f)
+	}
+	if g, ok := v["g"].(string); ok {
+		if g == "" {
+			state["failing"] = nil
+		} else {
+			state["failing"] = json.RawMessage(g)
+		}
+	}
+	data := map[string]any{"destination": dest, "event_id": id, "class": class, "state": state}
+	if m := str(v["m"]); m != "" {
+		data["message_id"] = m
+	}
+	if x := str(v["x"]); x != "" {
+		data["message"] = x
+	}
+	if v["t"] == "1" {
+		data["test"] = true
+	}
+	b, _ := json.Marshal(data) // strings, numbers and stored JSON: always marshals
+	return b
 }
 
 func seqOf(id string) int64 {

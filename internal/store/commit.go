@@ -123,11 +123,6 @@ local function commit_one()
   local failures = tonumber(h[5] or '0')
   local was_failures, was_failing = failures, failing
   local etype
-  -- The event's fields, the empty ones left out (they cost every delivery's event bytes).
-  local fields = {destination = dest_id, event_id = event_id}
-  if message_id ~= '' then fields.message_id = message_id end
-  if message ~= '' then fields.message = message end
-  if is_test then fields.test = true end
   if kind == 'delivered' then
     failures = 0
     if failing then del[#del + 1] = 'failing' end -- the run of failures ends
@@ -148,7 +143,6 @@ local function commit_one()
   else
     etype = 'message.expired'
   end
-  fields.class = kind
   local chart_minute = h[12]
 ` + MinuteCountLua /* the chart's per-minute count (minutes.go) */ + `
   put('consecutive_failures', failures)
@@ -185,13 +179,14 @@ local function commit_one()
     end
     redis.call('XTRIM', KEYS[6], 'MINID', keep)
   end
-  -- The event carries the card fields this outcome changed, not the whole card.
-  local changed = {}
-  if kind == 'delivered' then changed = {'last_delivery', last_delivery}
-  elseif kind == 'rejected' or kind == 'not_taken' then changed = {'last_failure', last_failure} end
-  if failures ~= was_failures then changed[#changed + 1] = 'consecutive_failures'; changed[#changed + 1] = failures end
-  if failing ~= was_failing then changed[#changed + 1] = 'failing'; changed[#changed + 1] = failing end
-  local seq = emit_both(etype, now_ms, cutoff, fields, changes_json(unpack(changed)))
+  -- The event keeps what this outcome changed, in its short form (emit_outcome).
+  local short = {'e', event_id}
+  if message_id ~= '' then short[#short + 1] = 'm'; short[#short + 1] = message_id end
+  if message ~= '' then short[#short + 1] = 'x'; short[#short + 1] = message end
+  if is_test then short[#short + 1] = 't'; short[#short + 1] = '1' end
+  if failures ~= was_failures then short[#short + 1] = 'f'; short[#short + 1] = failures end
+  if failing ~= was_failing then short[#short + 1] = 'g'; short[#short + 1] = failing or '' end
+  local seq = emit_outcome(etype, now_ms, cutoff, dest_id, unpack(short))
   local disabled = 0
   if kind == 'rejected' and failures >= disable_after and status == 'active' then
     local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
@@ -297,6 +292,9 @@ func (s *Store) CommitBatch(ctx context.Context, cs []Commit) (res []Committed, 
 
 // commitCall is the keys and arguments (without the bounds) of one commit.
 func (s *Store) commitCall(c Commit, now time.Time) ([]string, []any) {
+	// In whole ms: the channel keeps the time once, in ms, and builds the card's times
+	// from it (outcomeData), so they must be the same.
+	now = now.Truncate(time.Millisecond)
 	keys := append(c.Ref.chanKeys(), attemptsKey(c.Account, c.ID), outboxKey(c.Account))
 	test := "0"
 	if c.Test {

@@ -83,7 +83,7 @@ end
 -- account's channel: the destination's id and the event's sequence there (ReadChannel
 -- serves the event it points at), so the account channel holds no second copy. KEYS[1]
 -- is the destination hash, KEYS[2..5] the two channels and their counters. The event
--- carries state: a table, or JSON (state_json, changes_json), or when nil the card's
+-- carries state: a table, or JSON (state_json), or when nil the card's
 -- state as stored.
 local function emit_both(etype, now_ms, cutoff, fields, state)
   local data
@@ -103,15 +103,15 @@ local function emit_both(etype, now_ms, cutoff, fields, state)
   return seq
 end
 
--- changes_json is a state object of only the card fields a change set: pairs of a
--- field's name and its value as stored (JSON; a number; nil, false or '': null).
--- A follower sets each field it names and keeps the others.
-local function changes_json(...)
-  local args, parts = {...}, {}
-  for i = 1, select('#', ...), 2 do
-    parts[#parts + 1] = '"' .. args[i] .. '":' .. raw(args[i + 1])
-  end
-  return '{' .. table.concat(parts, ',') .. '}'
+-- emit_outcome appends a delivery's outcome to the destination's channel in a short
+-- form: after its type and time, the fields its data is built from (outcomeData in
+-- channel.go: e the event id, m the bus's message id, x the sentence, t a test, f the
+-- count of failures in a row and g the failing warning, those two only when they
+-- changed); and a pointer to it to the account's channel, as emit_both does.
+local function emit_outcome(etype, now_ms, cutoff, dest_id, ...)
+  local seq = emit(KEYS[2], KEYS[3], etype, now_ms, cutoff, ...)
+  emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, 'd', dest_id, 's', seq)
+  return seq
 end
 
 -- announce_disabled appends destination.disabled to the account's outbox, for

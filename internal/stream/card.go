@@ -71,7 +71,7 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 }
 
 // CardState is the part of a card a channel event's state changes (lua.go's card_state
-// and changes_json): an event names all of its fields, or only those it changed, and a
+// and channel.go's outcomeData): an event names all of its fields, or only those it changed, and a
 // follower sets the fields it names (ApplyChanges).
 type CardState struct {
 	Status              string              `json:"status"`
