@@ -112,10 +112,13 @@ type benchResult struct {
 	err                 string
 }
 
-// keyMemory is one key's MEMORY USAGE, times the share of it a destination carries.
+// keyMemory is one key's MEMORY USAGE, times the share of it a destination carries;
+// perEntry, for a stream, its MEMORY USAGE over its XLEN (what one entry costs while it
+// is kept).
 type keyMemory struct {
-	key   string
-	bytes float64
+	key      string
+	bytes    float64
+	perEntry float64
 }
 
 // repResult is one timed repetition: E events published, until every destination has
@@ -579,8 +582,14 @@ func destinationMemory(ctx context.Context, rdb redis.UniversalClient, acct, id 
 			if err != nil {
 				return fmt.Errorf("%s: %w", iter.Val(), err)
 			}
+			km := keyMemory{key: iter.Val(), bytes: share * float64(n)}
+			if t, err := m.Type(ctx, km.key).Result(); err == nil && t == "stream" {
+				if l, err := m.XLen(ctx, km.key).Result(); err == nil && l > 0 {
+					km.perEntry = float64(n) / float64(l)
+				}
+			}
 			mu.Lock()
-			out = append(out, keyMemory{iter.Val(), share * float64(n)})
+			out = append(out, km)
 			mu.Unlock()
 		}
 		return iter.Err()

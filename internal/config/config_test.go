@@ -98,7 +98,7 @@ func TestExampleFromTheContractParses(t *testing.T) {
 			SessionBackoff: Backoff{Initial: time.Second, Max: 2 * time.Minute}},
 		Delivery: Delivery{NotTakenBackoff: Backoff{Initial: time.Second, Max: 5 * time.Minute}, SetupCheck: Backoff{Initial: time.Minute, Max: 15 * time.Minute}, MaxMessageAge: 72 * time.Hour, DisableAfter: 20,
 			WarnAfter: []int{5, 15}, LeaseTTL: 15 * time.Second, ChannelRetention: 168 * time.Hour, LabelRecheck: 15 * time.Minute, AttemptsRetention: 720 * time.Hour,
-			ChannelMaxEvents: 2000, AttemptsMax: 10000, OperatorEventsExchange: "relay.operator.events",
+			ChannelMaxEvents: 500, AttemptsMax: 2500, OperatorEventsExchange: "relay.operator.events",
 			CommitWait: 5 * time.Millisecond, UncommittedMax: 32},
 		Accounts: []Account{{ID: "acct_123", Tenants: []string{"single-tenant"}, Sources: []string{}, StoreIDPath: "metadata.store_id"}},
 		Destinations: []destination.Destination{

@@ -133,13 +133,17 @@ func outcomeData(dest, typ string, at time.Time, v map[string]any) json.RawMessa
 		Class   string `json:"class"`
 		Message string `json:"message"`
 	}
-	class, iso, id := outcomeClass[typ], at.Format(time.RFC3339Nano), str(v["e"])
+	class, iso, id := outcomeClass[typ], at.Format(time.RFC3339Nano), longEventID(str(v["e"]))
+	var sentence string
+	if x, ok := v["x"]; ok {
+		sentence = longMessage(class, str(x))
+	}
 	state := map[string]any{}
 	switch class {
 	case KindDelivered:
 		state["last_delivery"] = lastDelivery{iso, id}
 	case KindRejected, KindNotTaken:
-		state["last_failure"] = lastFailure{iso, id, class, str(v["x"])}
+		state["last_failure"] = lastFailure{iso, id, class, sentence}
 	}
 	if f, ok := v["f"].(string); ok {
 		state["consecutive_failures"], _ = strconv.Atoi(f)
@@ -155,8 +159,8 @@ func outcomeData(dest, typ string, at time.Time, v map[string]any) json.RawMessa
 	if m := str(v["m"]); m != "" {
 		data["message_id"] = m
 	}
-	if x := str(v["x"]); x != "" {
-		data["message"] = x
+	if sentence != "" {
+		data["message"] = sentence
 	}
 	if v["t"] == "1" {
 		data["test"] = true
@@ -206,11 +210,7 @@ func (s *Store) Attempts(ctx context.Context, r Ref, before, limit int64) ([]Att
 	}
 	out := make([]Attempt, len(msgs))
 	for i, m := range msgs {
-		ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
-		out[i] = Attempt{N: seqOf(m.ID), At: time.UnixMilli(ms).UTC(), EventID: str(m.Values["event_id"]),
-			Outcome: str(m.Values["outcome"]), Message: str(m.Values["message"])}
-		out[i].RetryOf, _ = strconv.ParseInt(str(m.Values["retry_of"]), 10, 64)
-		out[i].Retry, _ = strconv.ParseInt(str(m.Values["retry"]), 10, 64)
+		out[i] = attemptOf(m)
 	}
 	return out, nil
 }

@@ -167,7 +167,7 @@ local function commit_one()
   -- The attempt log: kept longer than channel events, for the card's attempts page.
   local n = tonumber(h[11] or '0') + 1
   put('attempts', n)
-  add_attempt(KEYS[6], n, 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', message)
+  add_attempt(KEYS[6], n, now_ms, event_id, kind, message)
   local first = nil
   if n % 32 == 0 then first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1] end
   if first and tonumber(first[2][2]) < attempts_cutoff then
@@ -180,9 +180,11 @@ local function commit_one()
     redis.call('XTRIM', KEYS[6], 'MINID', keep)
   end
   -- The event keeps what this outcome changed, in its short form (emit_outcome).
-  local short = {'e', event_id}
+  -- The event id and the sentence as the attempt line keeps them (short_event_id,
+  -- short_message: a delivery's 'delivered' is an empty x).
+  local short = {'e', short_event_id(event_id)}
   if message_id ~= '' then short[#short + 1] = 'm'; short[#short + 1] = message_id end
-  if message ~= '' then short[#short + 1] = 'x'; short[#short + 1] = message end
+  if message ~= '' then short[#short + 1] = 'x'; short[#short + 1] = short_message(kind, message) end
   if is_test then short[#short + 1] = 't'; short[#short + 1] = '1' end
   if failures ~= was_failures then short[#short + 1] = 'f'; short[#short + 1] = failures end
   if failing ~= was_failing then short[#short + 1] = 'g'; short[#short + 1] = failing or '' end

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"strconv"
-	"time"
 )
 
 // AttemptAt reads line n of a destination's attempt log; ErrNoSuchAttempt when the log
@@ -17,13 +16,7 @@ func (s *Store) AttemptAt(ctx context.Context, r Ref, n int64) (Attempt, error) 
 	if len(msgs) == 0 {
 		return Attempt{}, ErrNoSuchAttempt
 	}
-	m := msgs[0]
-	ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
-	a := Attempt{N: seqOf(m.ID), At: time.UnixMilli(ms).UTC(), EventID: str(m.Values["event_id"]),
-		Outcome: str(m.Values["outcome"]), Message: str(m.Values["message"])}
-	a.RetryOf, _ = strconv.ParseInt(str(m.Values["retry_of"]), 10, 64)
-	a.Retry, _ = strconv.ParseInt(str(m.Values["retry"]), 10, 64)
-	return a, nil
+	return attemptOf(msgs[0]), nil
 }
 
 // AttemptEntry reads the account's log entry of an attempt's event, as AskRetry finds

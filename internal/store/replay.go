@@ -89,7 +89,7 @@ if replaced ~= '' then
   if pending == 0 then message = message .. ': delivery goes on after ' .. cursor end
 end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-add_attempt(KEYS[7], n, 'at', now_ms, 'event_id', '', 'outcome', 'replayed', 'message', message)
+add_attempt(KEYS[7], n, now_ms, '', 'replayed', message)
 local seq = emit_both('destination.replayed', now_ms, cutoff,
   {destination = dest_id, point = point, cursor = cursor, pending = pending == 1, message = message,
    replaces = replaced ~= '' and replaced or nil})

@@ -60,8 +60,8 @@ if not status then return redis.error_reply('UNKNOWN destination has no stored s
 if status ~= 'active' then return redis.error_reply('NOTACTIVE ' .. status) end
 if redis.call('LLEN', KEYS[3]) >= most then return redis.error_reply('FULL retry queue full') end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-add_attempt(KEYS[2], n, 'at', now_ms, 'event_id', event_id, 'outcome', 'retry_queued',
-  'message', 'retry of attempt ' .. retry_of .. ' asked for', 'retry_of', retry_of)
+add_attempt(KEYS[2], n, now_ms, event_id, 'retry_queued',
+  'retry of attempt ' .. retry_of .. ' asked for', 'retry_of', retry_of)
 redis.call('RPUSH', KEYS[3], cjson.encode({attempt = n, retry_of = retry_of, log_id = log_id, event_id = event_id}))
 redis.call('HINCRBY', KEYS[1], 'retries_queued', 1)
 control(KEYS[4], ARGV[6], 'retry', '')
@@ -82,9 +82,8 @@ func (s *Store) AskRetry(ctx context.Context, r Ref, n int64) (RetryRequest, err
 	if len(msgs) == 0 {
 		return RetryRequest{}, ErrNoSuchAttempt
 	}
-	v := msgs[0].Values
-	eventID, outcome := str(v["event_id"]), str(v["outcome"])
-	at, _ := strconv.ParseInt(str(v["at"]), 10, 64)
+	line := attemptOf(msgs[0])
+	eventID, outcome, at := line.EventID, line.Outcome, line.At.UnixMilli()
 	switch {
 	case strings.HasPrefix(eventID, "relay.test."):
 		return RetryRequest{}, ErrNotRetryable{"attempt " + strconv.FormatInt(n, 10) + " wrote a test event, which is not kept: send a new test"}
@@ -175,7 +174,7 @@ if head and cjson.decode(head).attempt == attempt then
 end
 local text = 'retry of attempt ' .. retry_of .. ': ' .. message
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-add_attempt(KEYS[7], n, 'at', now_ms, 'event_id', event_id, 'outcome', kind, 'message', text,
+add_attempt(KEYS[7], n, now_ms, event_id, kind, text,
   'retry_of', retry_of, 'retry', attempt)
 return {n, emit_both('delivery.retried', now_ms, cutoff, {destination = dest_id, event_id = event_id,
   message_id = message_id, class = kind, message = text, attempt = n, retry_of = retry_of, retry = attempt})}

@@ -43,7 +43,7 @@ type Bounds struct {
 }
 
 // DefaultBounds are delivery.channel_max_events and delivery.attempts_max's defaults.
-var DefaultBounds = Bounds{ChannelEvents: 2000, Attempts: 10000}
+var DefaultBounds = Bounds{ChannelEvents: 500, Attempts: 2500}
 
 func (b Bounds) orDefault() Bounds {
 	if b.ChannelEvents <= 0 {
