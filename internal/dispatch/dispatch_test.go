@@ -79,7 +79,9 @@ func delivery() config.Delivery {
 
 func newRig(t *testing.T, sink *testSink, dests ...destination.Destination) *rig {
 	t.Helper()
-	st, err := store.Open(testpeer.RedisURL(t))
+	// Bounds above what any test here sends: these tests read a channel's whole history
+	// (the bounds are store's bounds_test's subject).
+	st, err := store.Connect(store.Options{URL: testpeer.RedisURL(t), Bounds: store.Bounds{ChannelEvents: 100000, Attempts: 100000}})
 	if err != nil {
 		t.Fatal(err)
 	}
