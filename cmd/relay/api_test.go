@@ -148,6 +148,22 @@ type httpAnswer struct {
 func httpDo(t *testing.T, method, url, token string) httpAnswer {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, nil)
+	return doRequest(req, token)
+}
+
+// httpSend sends a JSON body with a bearer token, and header's name-value pairs.
+func httpSend(t *testing.T, method, url, token, body string, header ...string) httpAnswer {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return doRequest(req, token)
+}
+
+// doRequest sends req with token (none when empty) and reads the whole answer.
+func doRequest(req *http.Request, token string) httpAnswer {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

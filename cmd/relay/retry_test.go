@@ -183,14 +183,5 @@ func attemptLog(t *testing.T, api string) []attemptLine {
 // httpPost POSTs a JSON body with a bearer token.
 func httpPost(t *testing.T, url, token, body string) httpAnswer {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return httpAnswer{status: -1, body: err.Error()}
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return httpAnswer{status: resp.StatusCode, body: string(b), header: resp.Header}
+	return httpSend(t, http.MethodPost, url, token, body)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/mercamap/relay/internal/ingest"
 	"github.com/mercamap/relay/internal/lag"
 	"github.com/mercamap/relay/internal/notify"
+	"github.com/mercamap/relay/internal/registry"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
@@ -170,8 +171,10 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	})
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})
+	// The destinations the API made: in Redis, beside the logs; every replica follows them.
+	src := &apiSource{reg: registry.New(st.Client()), disp: disp, log: log.With("component", "registry")}
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,
-		Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api"),
+		Registry: src.reg, ConfigPath: path, Gatherer: reg, Registerer: reg, Broker: consumer.Connected, Logger: log.With("component", "api"),
 		Console: console.New(console.Options{DisableAfter: cfg.Delivery.DisableAfter})})
 	registerWatchMetrics(reg, st, consumer, lag.New(lag.Options{Store: st, Held: disp.Held, Logger: log.With("component", "lag")}))
 	ln, err := net.Listen("tcp", cfg.API.Listen)
@@ -237,18 +240,23 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	} else if len(problems) > 0 {
 		return problems
 	}
-	if err := disp.SetDestinations(ctx, cfg.Destinations); err != nil {
+	all, err := src.load(ctx, cfg.Destinations)
+	if err != nil {
+		return fmt.Errorf("read the destinations the api made from redis: %w", err)
+	}
+	if err := disp.SetDestinations(ctx, all); err != nil {
 		return fmt.Errorf("load destination state from redis: %w", err)
 	}
 	apiSrv.Started()
 
-	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(cfg.Destinations),
+	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(all), "api_destinations", len(all)-len(cfg.Destinations),
 		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
 	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
-		current: cfg, store: st}
+		current: cfg, store: st, src: src}
 	var wg sync.WaitGroup
 	var ingestErr error
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); src.run(ctx) }()
 	go func() {
 		defer wg.Done()
 		if ingestErr = consumer.Run(ctx); ingestErr != nil {
@@ -290,6 +298,7 @@ type reloader struct {
 	api     *api.Server
 	current *config.Config
 	store   *store.Store // to refuse a file that would change an issued ExternalId
+	src     *apiSource   // the API's destinations, kept through every reload
 }
 
 // reload re-reads the file. A file with problems is refused whole and the running config
@@ -335,7 +344,7 @@ func (r *reloader) reload(ctx context.Context) {
 		}
 		return
 	}
-	if err := r.disp.SetDestinations(ctx, next.Destinations); err != nil {
+	if err := r.disp.SetDestinations(ctx, r.src.merged(next.Destinations)); err != nil {
 		r.log.Error("config reload refused: destination state not written; the running config stays", "error", err)
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/ratelimit"
+	"github.com/mercamap/relay/internal/registry"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 )
@@ -49,6 +50,10 @@ type Destinations interface {
 	// Sent rebuilds the message the destination's sink writes for a log entry, as its
 	// bus receives it (dispatch.Dispatcher.Sent), for an attempt's detail.
 	Sent(id string, e store.LogEntry) (destination.Sent, error)
+	// Upsert takes destinations the API made or changed; Delete fences one, calls
+	// unlist (its removal from the registry), and forgets it (dispatch.Dispatcher).
+	Upsert(ctx context.Context, dests ...destination.Destination) error
+	Delete(ctx context.Context, id string, unlist func(context.Context) error) (dispatch.Change, error)
 }
 
 // Options configure a Server.
@@ -64,6 +69,11 @@ type Options struct {
 	Logger     *slog.Logger
 	// Console, when set, serves the browser console under /console/ (internal/console).
 	Console http.Handler
+	// Registry, when set, holds the destinations made through the API; without it the
+	// create, change and delete routes answer that the file is the only source.
+	// ConfigPath names the file in the answer to a change of what it defines.
+	Registry   *registry.Registry
+	ConfigPath string
 }
 
 // Server is the operator API. Handler serves it.
@@ -72,6 +82,7 @@ type Server struct {
 	log      *slog.Logger
 	tokens   *tokens
 	accounts atomic.Pointer[map[string]bool] // the configured accounts
+	cfg      atomic.Pointer[config.Config]   // the file as last loaded: what a new destination is checked against
 	starting atomic.Pointer[string]          // why the replica does not serve yet (Starting); nil once Started
 	limits   atomic.Pointer[config.API]      // subscription caps and action rates; Reload replaces them
 	mux      *http.ServeMux
@@ -141,6 +152,7 @@ func (s *Server) MetricsHandler() http.Handler {
 // through the dispatcher, which the caller reloads first), and closes every open
 // subscription the new config no longer allows.
 func (s *Server) Reload(cfg *config.Config) {
+	s.cfg.Store(cfg)
 	accounts := map[string]bool{}
 	for _, a := range cfg.Accounts {
 		accounts[a.ID] = true
@@ -171,6 +183,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/connectors", s.authed(s.listConnectors))
 	m.HandleFunc("GET /v1/connectors/{connector}/destinations", s.authed(s.listDestinations))
 	m.HandleFunc("GET /v1/connectors/{connector}/destinations/{id}", s.authed(s.getDestination))
+	m.HandleFunc("POST /v1/connectors/{connector}/destinations", s.authed(s.createDestination))
+	m.HandleFunc("PATCH /v1/connectors/{connector}/destinations/{id}", s.authed(s.patchDestination))
+	m.HandleFunc("DELETE /v1/connectors/{connector}/destinations/{id}", s.authed(s.deleteDestination))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/pause", s.authed(s.pause))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/activate", s.authed(s.activate))
 	m.HandleFunc("POST /v1/connectors/{connector}/destinations/{id}/test", s.authed(s.test))
@@ -251,4 +266,12 @@ func (s *Server) accountKnown(acct string) bool {
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	s.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	writeError(w, errInternal())
+}
+
+// channelRetention is delivery.channel_retention of the file as last loaded.
+func (s *Server) channelRetention() time.Duration {
+	if cfg := s.cfg.Load(); cfg != nil && cfg.Delivery.ChannelRetention > 0 {
+		return cfg.Delivery.ChannelRetention
+	}
+	return 7 * 24 * time.Hour
 }

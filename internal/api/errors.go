@@ -25,6 +25,9 @@ const (
 	// CodeUnavailable: the relay is starting (serve waiting for Redis); try again.
 	// Added by us to the contract's codes.
 	CodeUnavailable = "UNAVAILABLE" // 503
+	// CodeAlreadyExists: a create named an id some destination has (of whichever
+	// source, connector or account: the answer says nothing of whose).
+	CodeAlreadyExists = "ALREADY_EXISTS" // 409
 )
 
 // apiError is an answer {"error":{"code","message"}} with its status. retryAfter, when
@@ -34,6 +37,21 @@ type apiError struct {
 	code       string
 	message    string
 	retryAfter time.Duration
+	fields     []fieldProblem // INVALID_ARGUMENT of a body: every problem, each naming its field
+}
+
+// fieldProblem is one problem of a body, named by the body's field ("bus_arn",
+// "events[1]"), in the config check's words.
+type fieldProblem struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func errFields(msg string, fields []fieldProblem) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: CodeInvalidArgument, message: msg, fields: fields}
+}
+func errExists(msg string) *apiError {
+	return &apiError{status: http.StatusConflict, code: CodeAlreadyExists, message: msg}
 }
 
 func errUnauthenticated(msg string) *apiError {
@@ -64,7 +82,7 @@ func errUnavailable(msg string) *apiError {
 	return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, message: msg}
 }
 func errExhausted(msg string, retryAfter time.Duration) *apiError {
-	return &apiError{http.StatusTooManyRequests, CodeResourceExhausted, msg, retryAfter}
+	return &apiError{status: http.StatusTooManyRequests, code: CodeResourceExhausted, message: msg, retryAfter: retryAfter}
 }
 
 // Details of an error answer: when to try again.
@@ -74,11 +92,12 @@ type errorDetails struct {
 
 func writeError(w http.ResponseWriter, e *apiError) {
 	type body struct {
-		Code    string        `json:"code"`
-		Message string        `json:"message"`
-		Details *errorDetails `json:"details,omitempty"`
+		Code    string         `json:"code"`
+		Message string         `json:"message"`
+		Details *errorDetails  `json:"details,omitempty"`
+		Fields  []fieldProblem `json:"fields,omitempty"`
 	}
-	b := body{Code: e.code, Message: e.message}
+	b := body{Code: e.code, Message: e.message, Fields: e.fields}
 	if e.retryAfter > 0 {
 		secs := int64((e.retryAfter + time.Second - 1) / time.Second) // whole seconds, rounded up
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))

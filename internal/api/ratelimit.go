@@ -58,6 +58,9 @@ func (s *Server) allow(w http.ResponseWriter, r *http.Request, p principal, d de
 func apiLimitsOf(api config.API) config.API {
 	def := config.DefaultAPI()
 	api.Tokens = nil
+	if api.DestinationsPerAccount <= 0 {
+		api.DestinationsPerAccount = def.DestinationsPerAccount
+	}
 	if api.SubscriptionsPerToken <= 0 {
 		api.SubscriptionsPerToken = def.SubscriptionsPerToken
 	}
@@ -68,6 +71,7 @@ func apiLimitsOf(api config.API) config.API {
 		{&api.TestsPerDestination, &def.TestsPerDestination}, {&api.TestsPerAccount, &def.TestsPerAccount},
 		{&api.ActionsPerDestination, &def.ActionsPerDestination}, {&api.ActionsPerAccount, &def.ActionsPerAccount},
 		{&api.ReplaysPerDestination, &def.ReplaysPerDestination}, {&api.ReplaysPerAccount, &def.ReplaysPerAccount},
+		{&api.DestinationChangesPerAccount, &def.DestinationChangesPerAccount},
 	} {
 		if r.got.Count <= 0 || r.got.Per <= 0 {
 			*r.got = *r.def

@@ -451,6 +451,12 @@ func (p *parser) checkAPILimits(api *API) {
 	} {
 		p.checkRates(pair.dest, pair.d, pair.account, pair.a, 1, pair.what)
 	}
+	if api.DestinationsPerAccount < 1 {
+		p.add("api.destinations_per_account", "must be at least 1: how many destinations one account may have")
+	}
+	if api.DestinationChangesPerAccount.Count < 1 {
+		p.add("api.destination_changes_per_account.count", "must be at least 1 create, change or delete")
+	}
 }
 
 // checkRates checks a per-destination rate and the per-account one above it: each holds

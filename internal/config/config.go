@@ -137,6 +137,12 @@ type API struct {
 	// tighter buckets.
 	ReplaysPerDestination Rate
 	ReplaysPerAccount     Rate
+	// Destinations made through the API (internal/registry): at most
+	// DestinationsPerAccount per account, the file's counted too; creates, changes and
+	// deletes of one account, by any token, across replicas (in Redis), within
+	// DestinationChangesPerAccount.
+	DestinationsPerAccount       int
+	DestinationChangesPerAccount Rate
 }
 
 // HTTPLimits bound what a connection may hold: slow headers or bodies, idle keep-alives,

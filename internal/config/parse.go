@@ -48,6 +48,10 @@ func DefaultAPI() API {
 		ActionsPerAccount:       Rate{Count: 60, Per: time.Minute},
 		ReplaysPerDestination:   Rate{Count: 5, Per: 10 * time.Minute},
 		ReplaysPerAccount:       Rate{Count: 30, Per: 10 * time.Minute},
+		// A customer's Connectors page adds a few; a platform migrating an account in
+		// a script, a hundred a minute.
+		DestinationsPerAccount:       1000,
+		DestinationChangesPerAccount: Rate{Count: 120, Per: time.Minute},
 	}
 }
 
@@ -226,6 +230,10 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"actions_per_account":       func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ActionsPerAccount) },
 				"replays_per_destination":   func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ReplaysPerDestination) },
 				"replays_per_account":       func(v *yaml.Node, path string) { w.rate(v, path, &c.API.ReplaysPerAccount) },
+				"destinations_per_account":  func(v *yaml.Node, path string) { w.integer(v, path, &c.API.DestinationsPerAccount) },
+				"destination_changes_per_account": func(v *yaml.Node, path string) {
+					w.rate(v, path, &c.API.DestinationChangesPerAccount)
+				},
 
 				// The operator listener, the Host check, and what one client may hold.
 				"metrics_listen":              func(v *yaml.Node, path string) { w.str(v, path, &c.API.MetricsListen) },

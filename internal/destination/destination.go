@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"time"
 )
 
 // Connector names the kind of bus a destination writes to.
@@ -52,6 +53,26 @@ type Destination struct {
 	// ExternalID is the one Redis holds (issued at first sight, never changed after);
 	// dispatch fills it in before each write. The config never sets it.
 	ExternalID string
+
+	// ManagedBy says where the destination is defined: ManagedByConfig (the file) or
+	// ManagedByAPI (the registry, internal/registry); CreatedAt is when the API made it
+	// (zero for the file's). Neither is part of the Fingerprint.
+	ManagedBy string
+	CreatedAt time.Time
+}
+
+// Where a destination is defined (Destination.ManagedBy); "" reads as the file.
+const (
+	ManagedByConfig = "config"
+	ManagedByAPI    = "api"
+)
+
+// Managed is d.ManagedBy, ManagedByConfig when unset.
+func (d Destination) Managed() string {
+	if d.ManagedBy == "" {
+		return ManagedByConfig
+	}
+	return d.ManagedBy
 }
 
 // Wants reports whether an event of the given short type goes to d.

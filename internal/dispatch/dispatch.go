@@ -157,6 +157,21 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 	d.dests = next
 	d.mu.Unlock()
 
+	if err := d.ensure(ctx, dests, reload); err != nil {
+		return err
+	}
+	for id, old := range prev {
+		if _, kept := next[id]; !kept {
+			d.resync(ctx, old, "the destination was removed from config; its state is kept")
+		}
+	}
+	return nil
+}
+
+// ensure stores the state of dests that Redis does not hold yet, and tells the watchers
+// of one that appeared on a running replica (reload) to load a new snapshot; then asks
+// for a lease round.
+func (d *Dispatcher) ensure(ctx context.Context, dests []destination.Destination, reload bool) error {
 	retention := d.opts.Delivery.ChannelRetention
 	// The ExternalId stored at first sight, and never changed after: the config's
 	// (pinned or derived, so an empty Redis gives back the same one), else random.
@@ -179,13 +194,8 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 			case res == "redefined":
 				d.opts.Logger.Info("destination redefined by config", "destination", chunk[i].ID)
 			case res == "new" && reload:
-				d.resync(ctx, chunk[i], "the destination was added to config")
+				d.resync(ctx, chunk[i], "the destination was added")
 			}
-		}
-	}
-	for id, old := range prev {
-		if _, kept := next[id]; !kept {
-			d.resync(ctx, old, "the destination was removed from config; its state is kept")
 		}
 	}
 	d.kickBalance() // the new destinations' workers start now, not at the next tick

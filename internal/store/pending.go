@@ -95,3 +95,33 @@ func (s *Store) SetupChecked(ctx context.Context, r Ref, passed bool, check Pend
 	}
 	return res, err
 }
+
+var repentScript = redis.NewScript(luaPrelude + `
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return redis.error_reply('UNKNOWN destination has no stored state') end
+if status ~= 'active' and status ~= 'pending' then return status end
+redis.call('HSET', KEYS[1], 'status', 'pending', 'pending', ARGV[4])
+emit_both('resync.required', tonumber(ARGV[1]), tonumber(ARGV[2]), {destination = ARGV[3], reason = 'the destination was changed: its setup is checked again'})
+control(KEYS[6], ARGV[3], 'status', '')
+return 'pending'
+`)
+
+// Repend sends an active or pending destination back to pending, with check as what the
+// card shows until its setup check passes again: its role changed, and delivery waits
+// for the new one to be checked. The lease holder reads the change with its account's
+// control stream. A paused or disabled one keeps its status (an activation checks it).
+// It returns the status after.
+func (s *Store) Repend(ctx context.Context, r Ref, check PendingCheck, channelRetention time.Duration) (string, error) {
+	check.Message = boundText(check.Message)
+	data, err := json.Marshal(check)
+	if err != nil {
+		return "", err
+	}
+	now := time.Now()
+	res, err := repentScript.Run(ctx, s.rdb, append(r.chanKeys(), ctlKey(r.Account)), now.UnixMilli(),
+		now.Add(-channelRetention).UnixMilli(), r.ID, data, s.boundsArg()).Text()
+	if redis.HasErrorPrefix(err, "UNKNOWN") {
+		return "", ErrUnknownDestination
+	}
+	return res, err
+}

@@ -55,6 +55,9 @@ const (
 
 // State is a destination's stored state.
 type State struct {
+	// CreatedAt is when Redis first held the destination (zero for one stored before
+	// the field was).
+	CreatedAt           time.Time
 	Status              string
 	Cursor              string // log id of the last event that ended at this destination
 	ConsecutiveFailures int
@@ -117,6 +120,9 @@ func stateFrom(h map[string]string) State {
 		Status: h["status"], Cursor: h["cursor"], ExternalID: h["external_id"], Fingerprint: h["fingerprint"],
 		Epoch: h["epoch"], ReplayFrom: h["replay_from"],
 	}
+	if ms, err := strconv.ParseInt(h["created_at"], 10, 64); err == nil {
+		st.CreatedAt = time.UnixMilli(ms).UTC()
+	}
 	if st.Epoch == "" {
 		st.Epoch = "0"
 	}
@@ -160,7 +166,7 @@ if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
   local cursor = '0-0'
   if last then cursor = last[1] end
   redis.call('HSET', KEYS[1], 'status', 'pending', 'cursor', cursor, 'consecutive_failures', 0,
-             'external_id', ARGV[1], 'fingerprint', ARGV[2])
+             'external_id', ARGV[1], 'fingerprint', ARGV[2], 'created_at', now_ms)
   return 'new'
 end
 if redis.call('HGET', KEYS[1], 'fingerprint') ~= ARGV[2] then
@@ -391,4 +397,13 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 		return 0, ErrUnknownDestination
 	}
 	return seq, err
+}
+
+// Forget deletes everything Redis holds of one destination of r.Account: its state
+// (the ExternalId with it), lease, channel, attempt log, retries and chart: a deleted
+// destination's. The account's log and channel stay.
+func (s *Store) Forget(ctx context.Context, r Ref) error {
+	ch := DestinationChannel(r.ID)
+	return s.rdb.Del(ctx, destKey(r.Account, r.ID), leaseKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
+		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch), chanSeqKey(r.Account, ch)).Err()
 }

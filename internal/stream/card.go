@@ -38,6 +38,11 @@ type Card struct {
 	// ReplayableFrom is the oldest point a replay may start from (the account log's
 	// retention), on the same cards as Lag.
 	ReplayableFrom *time.Time `json:"replayable_from,omitempty"`
+	// ManagedBy is where the destination is defined ("config": the file, read-only
+	// through the API; "api"); CreatedAt when it was made (the API's record, else when
+	// Redis first held it; null for one stored before that was kept).
+	ManagedBy string     `json:"managed_by"`
+	CreatedAt *time.Time `json:"created_at"`
 }
 
 // Lag is a card's measure of how far behind its account's log the destination is.
@@ -63,6 +68,15 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 	if d.Connector.IsAWS() {
 		ext := st.ExternalID
 		c.ExternalID = &ext
+	}
+	c.ManagedBy = d.Managed()
+	switch {
+	case !d.CreatedAt.IsZero():
+		t := d.CreatedAt.UTC()
+		c.CreatedAt = &t
+	case !st.CreatedAt.IsZero():
+		t := st.CreatedAt
+		c.CreatedAt = &t
 	}
 	if c.Status == "" {
 		c.Status = store.Active

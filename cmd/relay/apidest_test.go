@@ -1,0 +1,265 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/jobevent"
+)
+
+// apiCard is what these tests read of a card.
+type apiCard struct {
+	ID         string            `json:"id"`
+	Status     string            `json:"status"`
+	ExternalID *string           `json:"external_id"`
+	ManagedBy  string            `json:"managed_by"`
+	CreatedAt  *time.Time        `json:"created_at"`
+	Target     map[string]string `json:"target"`
+}
+
+// apiError is an error answer's body.
+type apiErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Fields  []struct {
+			Field   string `json:"field"`
+			Message string `json:"message"`
+		} `json:"fields"`
+	} `json:"error"`
+}
+
+
+func decodeAs[T any](t *testing.T, a httpAnswer) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(a.body), &v); err != nil {
+		t.Fatalf("answer %d %q: %v", a.status, a.body, err)
+	}
+	return v
+}
+
+// apiBusEntries are the event ids that reached the bus named bus, in their first
+// arrival order.
+func apiBusEntries(t *testing.T, bus *awstest.EventBridge, name string) []string {
+	var mine []awstest.Entry
+	for _, e := range bus.Entries() {
+		if strings.HasSuffix(e.EventBusName, "event-bus/"+name) {
+			mine = append(mine, e)
+		}
+	}
+	return firstArrivals(t, mine)
+}
+
+// TestADestinationMadeThroughTheAPIIsDeliveredByEveryReplicaAndDeletedForGood: the
+// customer's journey with no operator. An account token adds an EventBridge destination
+// on replica 0; its card (read on replica 1) is pending with an ExternalId; the customer
+// trusts the relay with that ExternalId in the role's trust policy (the sandbox STS
+// enforces it); the setup check passes on whichever replica holds the lease, and the
+// events published after it reach the bus in the publisher's confirmed order. A SIGHUP
+// keeps it. A PATCH of its filter takes effect; a delete on replica 1 answers with
+// whether a write was in flight, nothing reaches the bus after it, both replicas answer
+// 404, and the same id made again gets a new ExternalId.
+func TestADestinationMadeThroughTheAPIIsDeliveredByEveryReplicaAndDeletedForGood(t *testing.T) {
+	rs := startReplicas(t, 2)
+	const roleARN = "arn:aws:iam::111122223333:role/api-role"
+	base := "/v1/connectors/eventbridge/destinations"
+	body := `{"id":"api-bus","bus_arn":"arn:aws:events:us-east-1:111122223333:event-bus/api","role_arn":"` + roleARN + `"}`
+	created := httpSend(t, http.MethodPost, rs.apis[0]+base, replicasAcctToken, body)
+	if created.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", created.status, created.body)
+	}
+	card := decodeAs[apiCard](t, created)
+	if card.Status != "pending" || card.ManagedBy != "api" || card.ExternalID == nil || *card.ExternalID == "" || card.CreatedAt == nil {
+		t.Fatalf("the new card: %s; want pending, managed by the api, with an ExternalId and its creation time", created.body)
+	}
+	ext := *card.ExternalID
+	// The other replica serves the same card, at once.
+	waitUntil(t, time.Second, "replica 1 to serve the new card", func() bool {
+		return httpDo(t, http.MethodGet, rs.apis[1]+base+"/api-bus", replicasAcctToken).status == http.StatusOK
+	})
+	if c := decodeAs[apiCard](t, httpDo(t, http.MethodGet, rs.apis[1]+base+"/api-bus", replicasAcctToken)); c.ExternalID == nil || *c.ExternalID != ext {
+		t.Fatalf("replica 1's card has ExternalId %v, want %s", c.ExternalID, ext)
+	}
+
+	// The customer writes the trust policy with the card's ExternalId; the check passes.
+	rs.sts.RequireExternalID(roleARN, ext)
+	waitUntil(t, 30*time.Second, "the destination to become active", func() bool {
+		return decodeAs[apiCard](t, httpDo(t, http.MethodGet, rs.apis[1]+base+"/api-bus", replicasAcctToken)).Status == "active"
+	})
+	rs.publish(0, 200, 32)
+	confirmed := rs.confirmedIDs()
+	waitUntil(t, 60*time.Second, "the 200 events at the api's bus", func() bool {
+		return len(apiBusEntries(t, rs.bus, "api")) >= len(confirmed)
+	})
+	if n := outOfOrder(confirmed, apiBusEntries(t, rs.bus, "api")); n > 0 {
+		t.Fatalf("%d events reached the api's bus out of the publisher's confirmed order", n)
+	}
+
+	// A SIGHUP re-reads the file, which does not name it: it stays.
+	if err := rs.procs[0].Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the reload", func() bool { return strings.Contains(rs.logs[0].String(), `"msg":"config reloaded"`) })
+	if a := httpDo(t, http.MethodGet, rs.apis[0]+base+"/api-bus", replicasAcctToken); a.status != http.StatusOK {
+		t.Fatalf("after a SIGHUP the api's destination answers %d %s", a.status, a.body)
+	}
+
+	// Only failed jobs from now on.
+	patched := httpSend(t, http.MethodPatch, rs.apis[1]+base+"/api-bus", replicasAcctToken, `{"events":["job.failed"]}`)
+	if patched.status != http.StatusOK {
+		t.Fatalf("patch: %d %s", patched.status, patched.body)
+	}
+	if c := decodeAs[apiCard](t, patched); c.ExternalID == nil || *c.ExternalID != ext {
+		t.Fatalf("the patched card's ExternalId is %v, want it unchanged (%s)", c.ExternalID, ext)
+	}
+	before := len(apiBusEntries(t, rs.bus, "api"))
+	for i := range 5 {
+		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-6666-7000-8000-%012d", i), Status: "completed"}
+		if i == 4 {
+			job.Status = "failed"
+		}
+		if err := rs.ch.Publish(rs.exchange, job.RoutingKey(), false, false, jobevent.Build(job, rs.exchange, rs.key, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failedID := jobevent.Job{ID: "0190f2a4-6666-7000-8000-000000000004", Status: "failed"}.EventID()
+	waitUntil(t, 30*time.Second, "the failed job at the api's bus", func() bool {
+		return slices.Contains(apiBusEntries(t, rs.bus, "api"), failedID)
+	})
+	if after := apiBusEntries(t, rs.bus, "api")[before:]; !slices.Equal(after, []string{failedID}) {
+		t.Fatalf("after the filter changed the api's bus got %v, want only %s", after, failedID)
+	}
+
+	// Deleted on replica 1: nothing more reaches its bus, from either replica.
+	del := httpSend(t, http.MethodDelete, rs.apis[1]+base+"/api-bus", replicasAcctToken, "")
+	if del.status != http.StatusOK || !strings.Contains(del.body, `"deleted":"api-bus"`) || !strings.Contains(del.body, `"write_in_flight":`) {
+		t.Fatalf("delete: %d %s", del.status, del.body)
+	}
+	landed := len(rs.bus.Entries())
+	atDelete := len(apiBusEntries(t, rs.bus, "api"))
+	for i, api := range rs.apis {
+		waitUntil(t, time.Second, fmt.Sprintf("replica %d to answer 404", i), func() bool {
+			return httpDo(t, http.MethodGet, api+base+"/api-bus", replicasAcctToken).status == http.StatusNotFound
+		})
+	}
+	rs.publish(1000, 1050, 16) // every job matches orders-bus; api-bus would take the failed ones, none here
+	for i := range 3 {
+		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-7777-7000-8000-%012d", i), Status: "failed"}
+		if err := rs.ch.Publish(rs.exchange, job.RoutingKey(), false, false, jobevent.Build(job, rs.exchange, rs.key, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lastFailed := jobevent.Job{ID: "0190f2a4-7777-7000-8000-000000000002", Status: "failed"}.EventID()
+	waitUntil(t, 30*time.Second, "the config's destination to get what followed", func() bool {
+		return slices.Contains(firstArrivals(t, rs.bus.Entries()), lastFailed)
+	})
+	if n := len(apiBusEntries(t, rs.bus, "api")); n != atDelete {
+		t.Fatalf("%d events reached the deleted destination's bus after its delete answered (%d entries landed in all before)", n-atDelete, landed)
+	}
+
+	// Made again: a new ExternalId, never the deleted one's.
+	again := httpSend(t, http.MethodPost, rs.apis[0]+base, replicasAcctToken, body)
+	if again.status != http.StatusCreated {
+		t.Fatalf("create again: %d %s", again.status, again.body)
+	}
+	if c := decodeAs[apiCard](t, again); c.ExternalID == nil || *c.ExternalID == ext || c.Status != "pending" {
+		t.Fatalf("made again: %s; want pending with a new ExternalId (the deleted one's was %s)", again.body, ext)
+	}
+}
+
+// TestCreatesThatAreRefusedSayWhyAndMakeNothing: every hostile or mistaken create or
+// change answers in words, naming the field, and leaves nothing behind.
+func TestCreatesThatAreRefusedSayWhyAndMakeNothing(t *testing.T) {
+	rs := startReplicasWith(t, 1, replicaOptions{api: "destinations_per_account: 3, destination_changes_per_account: {count: 6, per: 1m}"})
+	api := rs.apis[0]
+	base := "/v1/connectors/eventbridge/destinations"
+	role := `"role_arn":"arn:aws:iam::111122223333:role/api-role"`
+	bus := `"bus_arn":"arn:aws:events:us-east-1:111122223333:event-bus/api"`
+	for _, c := range []struct {
+		name, token, body string
+		status            int
+		code, field, says string
+	}{
+		{"another account in the body", replicasAcctToken, `{"account":"acct_2",` + bus + `,` + role + `}`, 403, "FORBIDDEN", "", "its own account"},
+		{"an admin naming no account", replicasAdminToken, `{` + bus + `,` + role + `}`, 400, "INVALID_ARGUMENT", "account", "is required"},
+		{"a GovCloud bus", replicasAcctToken, `{"bus_arn":"arn:aws-us-gov:events:us-gov-west-1:111122223333:event-bus/api",` + role + `}`, 400, "INVALID_ARGUMENT", "bus_arn", ""},
+		{"a role in another AWS account", replicasAcctToken, `{` + bus + `,"role_arn":"arn:aws:iam::444455556666:role/api-role"}`, 400, "INVALID_ARGUMENT", "bus_arn", "account"},
+		{"an id with a slash", replicasAcctToken, `{"id":"a/b",` + bus + `,` + role + `}`, 400, "INVALID_ARGUMENT", "id", ""},
+		{"an id of dots", replicasAcctToken, `{"id":"..",` + bus + `,` + role + `}`, 400, "INVALID_ARGUMENT", "id", ""},
+		{"an id with spaces", replicasAcctToken, `{"id":"a b",` + bus + `,` + role + `}`, 400, "INVALID_ARGUMENT", "id", ""},
+		{"an id of 300 characters", replicasAcctToken, `{"id":"` + strings.Repeat("a", 300) + `",` + bus + `,` + role + `}`, 400, "INVALID_ARGUMENT", "id", "longer"},
+		{"the file's id", replicasAcctToken, `{"id":"orders-bus",` + bus + `,` + role + `}`, 409, "ALREADY_EXISTS", "", "is taken"},
+		{"a field of another connector", replicasAcctToken, `{` + bus + `,` + role + `,"topic_id":"t"}`, 400, "INVALID_ARGUMENT", "topic_id", "not used"},
+		{"an unknown field", replicasAcctToken, `{` + bus + `,` + role + `,"colour":"red"}`, 400, "INVALID_ARGUMENT", "", "colour"},
+		{"a 1 MB body", replicasAcctToken, `{"id":"` + strings.Repeat("a", 1<<20) + `"}`, 400, "INVALID_ARGUMENT", "", "larger than"},
+	} {
+		a := httpSend(t, http.MethodPost, api+base, c.token, c.body)
+		e := decodeAs[apiErrorBody](t, a)
+		if a.status != c.status || e.Error.Code != c.code || !strings.Contains(a.body, c.says) {
+			t.Errorf("%s: %d %s; want %d %s saying %q", c.name, a.status, truncate(a.body), c.status, c.code, c.says)
+			continue
+		}
+		if c.field != "" && !slices.ContainsFunc(e.Error.Fields, func(f struct {
+			Field   string `json:"field"`
+			Message string `json:"message"`
+		}) bool {
+			return f.Field == c.field && f.Message != ""
+		}) {
+			t.Errorf("%s: fields %+v, want one naming %s", c.name, e.Error.Fields, c.field)
+		}
+	}
+	// Every problem at once.
+	a := httpSend(t, http.MethodPost, api+base, replicasAcctToken, `{"id":"a b","bus_arn":"nope"}`)
+	if e := decodeAs[apiErrorBody](t, a); len(e.Error.Fields) < 3 {
+		t.Errorf("a body with three problems: %s; want each in fields", a.body)
+	}
+	// The file's destination is read-only here.
+	for _, m := range []string{http.MethodPatch, http.MethodDelete} {
+		a := httpSend(t, m, api+base+"/orders-bus", replicasAcctToken, `{"events":["job.failed"]}`)
+		if a.status != http.StatusConflict || !strings.Contains(a.body, "FAILED_PRECONDITION") || !strings.Contains(a.body, "config file") {
+			t.Errorf("%s of the file's destination: %d %s; want 409 naming the file", m, a.status, a.body)
+		}
+	}
+	// A retried create with the same Idempotency-Key makes one destination.
+	first := httpSend(t, http.MethodPost, api+base, replicasAcctToken, `{`+bus+`,`+role+`}`, "Idempotency-Key", "create-1")
+	retried := httpSend(t, http.MethodPost, api+base, replicasAcctToken, `{`+bus+`,`+role+`}`, "Idempotency-Key", "create-1")
+	if first.status != 201 || retried.status != 201 || decodeAs[apiCard](t, first).ID != decodeAs[apiCard](t, retried).ID {
+		t.Fatalf("a retried create: %d %s then %d %s; want the same destination", first.status, first.body, retried.status, retried.body)
+	}
+	// The cap: the file's orders-bus and this one are two of three.
+	if a := httpSend(t, http.MethodPost, api+base, replicasAcctToken, `{`+bus+`,`+role+`}`); a.status != 201 {
+		t.Fatalf("the third destination: %d %s", a.status, a.body)
+	}
+	capped := httpSend(t, http.MethodPost, api+base, replicasAcctToken, `{`+bus+`,`+role+`}`)
+	if capped.status != http.StatusTooManyRequests || !strings.Contains(capped.body, "destinations_per_account") {
+		t.Fatalf("past the cap: %d %s; want 429 naming api.destinations_per_account", capped.status, capped.body)
+	}
+	// The rate: 6 creates, changes and deletes a minute; 5 spent (the taken id, the three
+	// creates, the capped one). One change more goes through, the next is refused.
+	id := decodeAs[apiCard](t, first).ID
+	if a := httpSend(t, http.MethodPatch, api+base+"/"+id, replicasAcctToken, `{"events":["job.failed"]}`); a.status != http.StatusOK {
+		t.Fatalf("the sixth change: %d %s", a.status, a.body)
+	}
+	last := httpSend(t, http.MethodDelete, api+base+"/"+id, replicasAcctToken, "")
+	if last.status != http.StatusTooManyRequests || last.header.Get("Retry-After") == "" {
+		t.Fatalf("past destination_changes_per_account: %d %s; want 429 with Retry-After", last.status, last.body)
+	}
+	if a := httpDo(t, http.MethodGet, api+base+"/"+id, replicasAcctToken); a.status != http.StatusOK {
+		t.Fatalf("the refused delete removed the destination: %d %s", a.status, a.body)
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/dispatch"
+	"github.com/mercamap/relay/internal/registry"
+)
+
+// apiSource is the second source of destinations on a replica: those the API made,
+// read from the registry at start and then from its change stream (one blocking read per
+// replica, nothing per destination), each change handed to the dispatcher as it comes.
+// What the file defines wins over a registry entry of the same id.
+type apiSource struct {
+	reg  *registry.Registry
+	disp *dispatch.Dispatcher
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	dests map[string]destination.Destination // by id
+	file  map[string]bool                    // the file's ids
+	pos   string                             // the change stream, read up to here
+}
+
+// changeWait is how long one read of the change stream blocks.
+const changeWait = 5 * time.Second
+
+// load reads the whole registry and returns it with the file's destinations, the file's
+// winning on a shared id: what the dispatcher takes at start.
+func (a *apiSource) load(ctx context.Context, file []destination.Destination) ([]destination.Destination, error) {
+	recs, pos, err := a.reg.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.dests = make(map[string]destination.Destination, len(recs))
+	for _, r := range recs {
+		a.dests[r.ID] = r.Destination()
+	}
+	a.pos = pos
+	return a.mergeLocked(file), nil
+}
+
+// merged is the file's destinations with the registry's (the file's win on a shared id):
+// what a reload gives the dispatcher, so a SIGHUP never removes what the API made.
+func (a *apiSource) merged(file []destination.Destination) []destination.Destination {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mergeLocked(file)
+}
+
+func (a *apiSource) mergeLocked(file []destination.Destination) []destination.Destination {
+	a.file = make(map[string]bool, len(file))
+	out := slices.Clone(file)
+	for _, d := range file {
+		a.file[d.ID] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.dests)) {
+		if !a.file[id] {
+			out = append(out, a.dests[id])
+		}
+	}
+	return out
+}
+
+// run follows the change stream until ctx ends: a destination made or changed on any
+// replica is upserted here, a deleted one removed. Redis not answering is waited out.
+func (a *apiSource) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		a.mu.Lock()
+		pos := a.pos
+		a.mu.Unlock()
+		changes, next, reload, err := a.reg.Next(ctx, pos, changeWait)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			a.log.Warn("the registry's changes could not be read; trying again", "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		case reload:
+			a.log.Info("this replica fell behind the registry's changes; reading it whole")
+			a.reloadAll(ctx)
+			continue
+		}
+		a.apply(ctx, changes)
+		a.mu.Lock()
+		a.pos = next
+		a.mu.Unlock()
+	}
+}
+
+// apply hands changes to the dispatcher, in order.
+func (a *apiSource) apply(ctx context.Context, changes []registry.Change) {
+	for _, c := range changes {
+		a.mu.Lock()
+		fileOwned := a.file[c.ID]
+		if c.Record != nil {
+			a.dests[c.ID] = c.Record.Destination()
+		} else {
+			delete(a.dests, c.ID)
+		}
+		a.mu.Unlock()
+		if fileOwned {
+			continue
+		}
+		if c.Record == nil {
+			a.disp.Remove(c.ID)
+			continue
+		}
+		if err := a.disp.Upsert(ctx, c.Record.Destination()); err != nil {
+			a.log.Warn("a destination the api made could not be taken; the next change or restart takes it", "destination", c.ID, "error", err)
+		}
+	}
+}
+
+// reloadAll reads the registry again and makes the dispatcher's API destinations match.
+func (a *apiSource) reloadAll(ctx context.Context) {
+	recs, pos, err := a.reg.All(ctx)
+	if err != nil {
+		a.log.Warn("the registry could not be read", "error", err)
+		return
+	}
+	a.mu.Lock()
+	old := a.dests
+	a.dests = make(map[string]destination.Destination, len(recs))
+	var up []destination.Destination
+	for _, r := range recs {
+		a.dests[r.ID] = r.Destination()
+		if !a.file[r.ID] {
+			up = append(up, r.Destination())
+		}
+	}
+	var gone []string
+	for id := range old {
+		if _, ok := a.dests[id]; !ok && !a.file[id] {
+			gone = append(gone, id)
+		}
+	}
+	a.pos = pos
+	a.mu.Unlock()
+	a.disp.Remove(gone...)
+	if err := a.disp.Upsert(ctx, up...); err != nil {
+		a.log.Warn("the api's destinations could not be taken", "error", err)
+	}
+}

@@ -1,0 +1,73 @@
+package dispatch
+
+import (
+	"context"
+	"maps"
+
+	"github.com/mercamap/relay/internal/destination"
+	"github.com/mercamap/relay/internal/store"
+)
+
+// Upsert adds or redefines the given destinations, leaving every other one as it is: a
+// destination the API made or changed (internal/registry), on the replica that made it
+// and on each one that reads the change. Only these are ensured in Redis, so adding one
+// costs the same with 100,000 others. A redefined one's worker stops and the next lease
+// round starts it on the new definition.
+func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destination) error {
+	if len(dests) == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	next := maps.Clone(d.dests)
+	if next == nil {
+		next = map[string]destination.Destination{}
+	}
+	for _, dest := range dests {
+		if w, ok := d.workers[dest.ID]; ok && w.dest.Fingerprint() != dest.Fingerprint() {
+			w.stop()
+		}
+		next[dest.ID] = dest
+	}
+	d.dests = next
+	d.mu.Unlock()
+	return d.ensure(ctx, dests, true)
+}
+
+// Remove forgets the destinations of ids on this replica: their workers stop at their
+// next step and no lease round takes them again. Their state in Redis is the caller's
+// (Forget, after the delete's fence).
+func (d *Dispatcher) Remove(ids ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	next := maps.Clone(d.dests)
+	for _, id := range ids {
+		if w, ok := d.workers[id]; ok {
+			w.stop()
+		}
+		delete(next, id)
+	}
+	d.dests = next
+}
+
+// Delete ends a destination for good, on every replica. First the pause's fence: no
+// write starts after it, on any replica (WriteInFlight says whether one was under way).
+// Then unlist removes it from its source (the registry, whose change the other replicas
+// read); when that fails the destination stays, paused, and the error comes back. Then
+// the account's watchers are told to load a new snapshot, the destination is removed
+// here, and what Redis holds of it is deleted (Forget).
+func (d *Dispatcher) Delete(ctx context.Context, id string, unlist func(context.Context) error) (Change, error) {
+	dest, ok := d.Destination(id)
+	if !ok {
+		return Change{}, ErrNotFound
+	}
+	ch, err := d.setStatus(ctx, id, store.Paused, true, "")
+	if err != nil {
+		return Change{}, err
+	}
+	if err := unlist(ctx); err != nil {
+		return Change{}, err
+	}
+	d.resync(ctx, dest, "the destination was deleted")
+	d.Remove(id)
+	return ch, d.opts.Store.Forget(ctx, ref(dest))
+}
