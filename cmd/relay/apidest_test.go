@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
+	"github.com/mercamap/relay/internal/store"
 )
 
 // apiCard is what these tests read of a card.
@@ -35,7 +38,6 @@ type apiErrorBody struct {
 		} `json:"fields"`
 	} `json:"error"`
 }
-
 
 func decodeAs[T any](t *testing.T, a httpAnswer) T {
 	t.Helper()
@@ -262,4 +264,106 @@ func truncate(s string) string {
 		return s[:300] + "…"
 	}
 	return s
+}
+
+// TestAPIDestinationsOutliveARestartAndAnEmptyRedisThroughExport: destinations made
+// through the API for each connector survive a kill -9 and restart (the registry is in
+// Redis); `relay export` prints them as config lines; after FLUSHALL, serve on the file
+// plus the export starts as it is and gives each AWS destination the ExternalId its
+// customer's trust policy names.
+func TestAPIDestinationsOutliveARestartAndAnEmptyRedisThroughExport(t *testing.T) {
+	rs := startReplicas(t, 1)
+	made := map[string]string{} // id → ExternalId ("" for Pub/Sub)
+	for _, c := range []struct{ connector, body string }{
+		{"eventbridge", `{"id":"api-bus","bus_arn":"arn:aws:events:us-east-1:111122223333:event-bus/api","role_arn":"arn:aws:iam::111122223333:role/api-role"}`},
+		{"kinesis", `{"id":"api-stream","stream_arn":"arn:aws:kinesis:eu-west-1:111122223333:stream/api","role_arn":"arn:aws:iam::111122223333:role/api-role","events":["job.failed"]}`},
+	} {
+		a := httpSend(t, http.MethodPost, rs.apis[0]+"/v1/connectors/"+c.connector+"/destinations", replicasAcctToken, c.body)
+		if a.status != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", c.connector, a.status, a.body)
+		}
+		card := decodeAs[apiCard](t, a)
+		made[card.ID] = ""
+		if card.ExternalID != nil {
+			made[card.ID] = *card.ExternalID
+		}
+	}
+	// The third through the CLI, as a platform's script would; and one made and deleted so.
+	vars := map[string]string{"TEST_HMAC_KEY": testKeyHex, "TEST_ADMIN_TOKEN": replicasAdminToken, "TEST_ACCT_TOKEN": replicasAcctToken}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := runRelay(t, vars, "", append([]string{"destinations"}, append(args, "--api", rs.apis[0], "--token", "env:TEST_ACCT_TOKEN")...)...)
+		if err != nil {
+			t.Fatalf("relay destinations %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	if out := cli("create", "pubsub", "--id", "api-topic", "--project-id", "acme-prod", "--topic-id", "relay-events"); !strings.Contains(out, "api-topic") || !strings.Contains(out, "gcloud") {
+		t.Fatalf("relay destinations create printed:\n%s", out)
+	}
+	made["api-topic"] = ""
+	cli("create", "eventbridge", "--id", "short-lived", "--bus-arn", "arn:aws:events:us-east-1:111122223333:event-bus/x", "--role-arn", "arn:aws:iam::111122223333:role/x")
+	if out := cli("delete", "short-lived"); !strings.Contains(out, "short-lived deleted") {
+		t.Fatalf("relay destinations delete printed:\n%s", out)
+	}
+	if _, err := runRelay(t, vars, "", "destinations", "create", "eventbridge", "--bus-arn", "nope", "--api", rs.apis[0], "--token", "env:TEST_ACCT_TOKEN"); err == nil ||
+		!strings.Contains(err.Error(), "bus_arn: ") || !strings.Contains(err.Error(), "role_arn: ") {
+		t.Fatalf("a create with problems: %v; want each field's problem", err)
+	}
+	env := []string{"TEST_ADMIN_TOKEN=" + replicasAdminToken, "TEST_ACCT_TOKEN=" + replicasAcctToken}
+	restart := func(cfg string) {
+		t.Helper()
+		_ = rs.procs[0].Process.Signal(syscall.SIGKILL)
+		_ = rs.procs[0].Wait()
+		cmd, logs := startRelay(t, buildRelay(t), cfg, env...)
+		rs.procs[0], rs.logs[0] = cmd, logs
+		deadline := time.Now().Add(60 * time.Second)
+		for httpDo(t, http.MethodGet, rs.apis[0]+"/readyz", "").status != http.StatusOK {
+			if time.Now().After(deadline) {
+				t.Fatalf("the relay did not serve again within a minute:\n%s", rs.logTails())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	check := func(when, managedBy string) {
+		t.Helper()
+		for id, ext := range made {
+			conn := map[string]string{"api-bus": "eventbridge", "api-stream": "kinesis", "api-topic": "pubsub"}[id]
+			a := httpDo(t, http.MethodGet, rs.apis[0]+"/v1/connectors/"+conn+"/destinations/"+id, replicasAcctToken)
+			c := decodeAs[apiCard](t, a)
+			got := ""
+			if c.ExternalID != nil {
+				got = *c.ExternalID
+			}
+			if a.status != http.StatusOK || got != ext || c.ManagedBy != managedBy {
+				t.Fatalf("%s, %s: %d %s; want it managed by %s with ExternalId %q", when, id, a.status, a.body, managedBy, ext)
+			}
+		}
+	}
+	restart(rs.cfgs[0])
+	check("after kill -9 and a restart", "api")
+
+	out, err := runRelay(t, vars, "", "export", "--config", rs.cfgs[0])
+	if err != nil || strings.Count(out, "  - id: ") != 3 || !strings.Contains(out, made["api-bus"]) {
+		t.Fatalf("export: %v\n%s", err, out)
+	}
+	st, err := store.Open(rs.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Client().FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(rs.cfgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, items, _ := strings.Cut(out, "destinations:\n")
+	restored := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(restored, append(file, items...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	restart(restored)
+	check("after FLUSHALL, on the file plus the export", "config")
 }

@@ -71,7 +71,7 @@ func destinationsCmd(e env) *cobra.Command {
 		return nil
 	}
 	cmd := &cobra.Command{
-		Use:   "destinations [list | show ID | replay | activate | retry]",
+		Use:   "destinations [list | show ID | replay | activate | retry | create | change | delete]",
 		Short: "List destination cards, or show one with its setup ready to copy",
 		Long: `destinations asks a running relay's API for the destination cards the token may see.
 list (the default) prints one line per destination: connector, id, account, status,
@@ -189,12 +189,19 @@ attempt N must have ended a message (delivered, rejected or expired).`,
 		},
 	}
 	cmd.AddCommand(replay, activate, retry)
+	cmd.AddCommand(manageCmds(e, &flags)...)
 	return cmd
 }
 
-// cardAction POSTs body to the destination id's action (found among the cards the
-// token sees, for its connector) and decodes the answer into out.
+// cardAction POSTs body to the destination id's action and decodes the answer into out.
 func cardAction(ctx context.Context, flags apiFlags, e env, id, action string, body, out any) error {
+	return destinationCall(ctx, &flags, e, http.MethodPost, id, "/"+action, body, out)
+}
+
+// destinationCall sends method to the route of destination id (found among the cards
+// the token sees, for its connector) followed by sub ("" for the destination itself),
+// and decodes the answer into out.
+func destinationCall(ctx context.Context, flags *apiFlags, e env, method, id, sub string, body, out any) error {
 	c, err := flags.caller(e.getenv)
 	if err != nil {
 		return err
@@ -207,8 +214,7 @@ func cardAction(ctx context.Context, flags apiFlags, e env, id, action string, b
 	if i < 0 {
 		return fmt.Errorf("no destination %q that this token may see", id)
 	}
-	path := "/v1/connectors/" + cards[i].Connector + "/destinations/" + id + "/" + action
-	return c.Do(ctx, http.MethodPost, path, nil, body, out)
+	return c.Do(ctx, method, "/v1/connectors/"+cards[i].Connector+"/destinations/"+id+sub, nil, body, out)
 }
 
 // allCards lists every card the token sees, connector by connector.

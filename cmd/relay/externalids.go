@@ -94,13 +94,9 @@ migration or rebuild, after adding destinations, and keep its output with your b
 Destinations Redis holds that the config no longer lists are printed as comments.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(path, e.getenv)
+			cfg, st, err := loadWithStore(path, e.getenv)
 			if err != nil {
 				return err
-			}
-			st, err := store.Connect(storeOptions(cfg.Redis))
-			if err != nil {
-				return fmt.Errorf("redis.url: %w", err)
 			}
 			defer st.Close()
 			all, err := st.AllExternalIDs(cmd.Context())
@@ -167,4 +163,18 @@ func printExternalIDs(w io.Writer, cfg *config.Config, path string, all []store.
 	for _, s := range others {
 		fmt.Fprintf(w, "#   - id: %s   # account %s\n#     external_id: %s\n", s.ID, s.Account, s.ExternalID)
 	}
+}
+
+// loadWithStore loads the config at path and connects to the Redis it names: what the
+// commands that read Redis without serving start with.
+func loadWithStore(path string, getenv func(string) string) (*config.Config, *store.Store, error) {
+	cfg, err := config.Load(path, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := store.Connect(storeOptions(cfg.Redis))
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis.url: %w", err)
+	}
+	return cfg, st, nil
 }

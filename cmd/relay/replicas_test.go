@@ -38,6 +38,7 @@ type replicaSet struct {
 	sts                *awstest.STS // enforces roleARN's trust policy (see replicaOptions.untrusted)
 	roleARN            string
 	procs              []*exec.Cmd
+	cfgs               []string // each process's config file
 	apis               []string // http://127.0.0.1:port of each process
 	metrics            []string // and of its operator listener (/metrics)
 	logs               []*syncBuffer
@@ -98,6 +99,7 @@ func startReplicasWith(t *testing.T, n int, o replicaOptions) *replicaSet {
 identity:
   name: mercamap
   aws_principal_arn: arn:aws:iam::999999999999:role/relay
+  gcp_service_account: relay@relay-test.iam.gserviceaccount.com
   external_id_secret: external-id-secret-for-the-test-0123456789
 rabbitmq: {url: %s, exchange: %s, queue: %s, prefetch: 32}
 redis: {url: %s}
@@ -123,6 +125,7 @@ destinations:
 		}
 		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)
 		rs.procs, rs.apis, rs.logs = append(rs.procs, cmd), append(rs.apis, "http://"+listen), append(rs.logs, logs)
+		rs.cfgs = append(rs.cfgs, cfg)
 		rs.metrics = append(rs.metrics, "http://"+metricsListen)
 	}
 

@@ -17,6 +17,14 @@ func (c *Config) CheckDestination(d destination.Destination) Problems {
 	}
 	var p parser
 	p.checkDestinations([]destination.Destination{d}, accountIDs, c.RabbitMQ.RoutingKeys)
+	// What the file's identity check says of the whole file, said of this one: without
+	// our own principal the relay cannot write to this connector at all.
+	switch {
+	case d.Connector.IsAWS() && c.Identity.AWSPrincipalARN == "":
+		p.add("connector", "this relay takes no %s destinations: its operators have not set identity.aws_principal_arn, the IAM role customers' trust policies name", d.Connector)
+	case d.Connector == destination.PubSub && c.Identity.GCPServiceAccount == "":
+		p.add("connector", "this relay takes no pubsub destinations: its operators have not set identity.gcp_service_account, the service account customers grant on their topics")
+	}
 	out := p.problems
 	for i := range out {
 		out[i].Path = strings.TrimPrefix(out[i].Path, index("destinations", 0)+".")

@@ -18,10 +18,21 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	Fields  []FieldProblem // a body's problems, each naming its field
+}
+
+// FieldProblem is one problem of a request body, as an error answer lists it.
+type FieldProblem struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	s := fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	for _, f := range e.Fields {
+		s += "\n  " + f.Field + ": " + f.Message
+	}
+	return s
 }
 
 // Caller calls the operator API with a bearer token. The token goes only into the
@@ -30,6 +41,8 @@ type Caller struct {
 	Base  string       // e.g. http://127.0.0.1:8080
 	Token string       // bearer token
 	HTTP  *http.Client // nil: http.DefaultClient (no overall timeout: subscriptions are long)
+	// Header is sent with every call besides the token (an Idempotency-Key).
+	Header http.Header
 }
 
 // callTimeout bounds one JSON call that has no deadline of its own.
@@ -110,6 +123,11 @@ func (c *Caller) request(ctx context.Context, method, path string, query url.Val
 	if err != nil {
 		return nil, err
 	}
+	for k, vs := range c.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	return req, nil
 }
@@ -128,12 +146,15 @@ func ChannelPath(channel, call string) string {
 
 func decodeError(resp *http.Response) error {
 	var body struct {
-		Error struct{ Code, Message string } `json:"error"`
+		Error struct {
+			Code, Message string
+			Fields        []FieldProblem
+		} `json:"error"`
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(b, &body) != nil || body.Error.Code == "" {
 		return &APIError{Status: resp.StatusCode, Code: "HTTP_" + strconv.Itoa(resp.StatusCode),
 			Message: strings.TrimSpace(string(b))}
 	}
-	return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+	return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Fields: body.Error.Fields}
 }
