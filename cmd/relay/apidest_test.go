@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
@@ -366,4 +370,110 @@ func TestAPIDestinationsOutliveARestartAndAnEmptyRedisThroughExport(t *testing.T
 	}
 	restart(restored)
 	check("after FLUSHALL, on the file plus the export", "config")
+}
+
+// createTrusted makes api-bus through replica i's API and has the sandbox's role trust
+// its ExternalId, as the customer does from the card; it returns the card's ExternalId.
+func (rs *replicaSet) createTrusted(i int) string {
+	t := rs.t
+	t.Helper()
+	const roleARN = "arn:aws:iam::111122223333:role/api-role"
+	a := httpSend(t, http.MethodPost, rs.apis[i]+"/v1/connectors/eventbridge/destinations", replicasAcctToken,
+		`{"id":"api-bus","bus_arn":"arn:aws:events:us-east-1:111122223333:event-bus/api","role_arn":"`+roleARN+`"}`)
+	if a.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", a.status, a.body)
+	}
+	ext := *decodeAs[apiCard](t, a).ExternalID
+	rs.sts.RequireExternalID(roleARN, ext)
+	return ext
+}
+
+// apiBusHolder waits for api-bus's lease and returns the replica holding it.
+func (rs *replicaSet) apiBusHolder(rdb redis.UniversalClient) int {
+	t := rs.t
+	t.Helper()
+	var lease string
+	waitUntil(t, 30*time.Second, "a replica to take api-bus's lease", func() bool {
+		lease = rdb.Get(context.Background(), "relay:{acct_1}:lease:api-bus").Val()
+		return lease != ""
+	})
+	pid := leasePID(t, lease)
+	holder := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
+	if holder < 0 {
+		t.Fatalf("lease holder %q is neither replica", lease)
+	}
+	return holder
+}
+
+// TestADeleteWhileTheHolderIsMidWriteIsFencedOnEveryReplica: the replica holding an API
+// destination's lease has a write held at the bus when the other replica is asked to
+// delete it. The answer says a write was in flight; once the bus lets it go, that one
+// write lands and no other, though events keep coming.
+func TestADeleteWhileTheHolderIsMidWriteIsFencedOnEveryReplica(t *testing.T) {
+	rs := startReplicas(t, 2)
+	base := rs.apis[0] + "/v1/connectors/eventbridge/destinations/"
+	// The file's destination stands aside, so every write at the bus is api-bus's.
+	if a := httpDo(t, http.MethodPost, base+"orders-bus/pause", replicasAdminToken); a.status != http.StatusOK {
+		t.Fatalf("pause orders-bus: %d %s", a.status, a.body)
+	}
+	rs.createTrusted(0)
+	waitUntil(t, 30*time.Second, "api-bus active", func() bool {
+		return decodeAs[apiCard](t, httpDo(t, http.MethodGet, base+"api-bus", replicasAcctToken)).Status == "active"
+	})
+	st, err := store.Open(rs.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	holder := rs.apiBusHolder(st.Client())
+	rs.bus.Hold()
+	t.Cleanup(rs.bus.Release)
+	rs.publish(0, 10, 16)
+	waitUntil(t, 30*time.Second, "api-bus's first write held at the bus", func() bool { return rs.bus.Waiting() == 1 })
+
+	other := 1 - holder
+	del := httpSend(t, http.MethodDelete, rs.apis[other]+"/v1/connectors/eventbridge/destinations/api-bus", replicasAcctToken, "")
+	if del.status != http.StatusOK || !strings.Contains(del.body, `"write_in_flight":true`) {
+		t.Fatalf("delete on replica %d while replica %d's write is held: %d %s; want write_in_flight true", other, holder, del.status, del.body)
+	}
+	rs.bus.Release()
+	waitUntil(t, 30*time.Second, "the held write to land", func() bool { return len(rs.bus.Entries()) >= 1 })
+	// More events, delivered to the file's destination once it is active again: by the
+	// time they are there, a replica that still wrote to api-bus would have.
+	if a := httpDo(t, http.MethodPost, base+"orders-bus/activate", replicasAdminToken); a.status != http.StatusOK {
+		t.Fatalf("activate orders-bus: %d %s", a.status, a.body)
+	}
+	rs.publish(100, 110, 16)
+	waitUntil(t, 30*time.Second, "the later events at orders-bus", func() bool {
+		return len(rs.bus.Entries())-len(apiBusEntries(t, rs.bus, "api")) >= 10
+	})
+	if n := len(apiBusEntries(t, rs.bus, "api")); n != 1 {
+		t.Fatalf("%d writes reached the deleted destination's bus, want only the one in flight at the delete\n%s", n, rs.logTails())
+	}
+}
+
+// TestTheHolderKilledRightAfterACreateHandsTheNewDestinationOver: the replica that took
+// a just-made destination's lease is SIGKILLed; the other takes it over, checks its
+// setup and delivers every confirmed event in the publisher's order.
+func TestTheHolderKilledRightAfterACreateHandsTheNewDestinationOver(t *testing.T) {
+	rs := startReplicas(t, 2)
+	rs.createTrusted(0)
+	st, err := store.Open(rs.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	holder := rs.apiBusHolder(st.Client())
+	if err := rs.procs[holder].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rs.killed[holder] = true
+	rs.publish(0, 100, 16)
+	confirmed := rs.confirmedIDs()
+	waitUntil(t, 60*time.Second, "every confirmed event at api-bus", func() bool {
+		return len(apiBusEntries(t, rs.bus, "api")) >= len(confirmed)
+	})
+	if n := outOfOrder(confirmed, apiBusEntries(t, rs.bus, "api")); n > 0 {
+		t.Fatalf("%d events out of the confirmed order after the holder died", n)
+	}
 }
