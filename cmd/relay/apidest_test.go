@@ -477,3 +477,81 @@ func TestTheHolderKilledRightAfterACreateHandsTheNewDestinationOver(t *testing.T
 		t.Fatalf("%d events out of the confirmed order after the holder died", n)
 	}
 }
+
+// TestAnAccountMadeThroughTheAPIIsRoutedOnEveryReplica: an admin adds an account for a
+// new tenant on one replica; the other lists it, an admin adds it a destination there,
+// and the tenant's events reach that destination's bus in the publisher's order, and no
+// other account's. The account cannot go while it has a destination; the file's is
+// read-only; an account token manages none.
+func TestAnAccountMadeThroughTheAPIIsRoutedOnEveryReplica(t *testing.T) {
+	rs := startReplicas(t, 2)
+	a := httpSend(t, http.MethodPost, rs.apis[0]+"/v1/accounts", replicasAdminToken, `{"id":"acct_9","tenants":["t9"]}`)
+	if a.status != http.StatusCreated || !strings.Contains(a.body, `"managed_by":"api"`) {
+		t.Fatalf("create the account: %d %s", a.status, a.body)
+	}
+	for _, c := range []struct {
+		name, token, body string
+		status            int
+		says              string
+	}{
+		{"an account token", replicasAcctToken, `{"id":"acct_8","tenants":["t8"]}`, 403, "admin"},
+		{"no id, no tenants", replicasAdminToken, `{"tenants":[]}`, 400, `"field":"tenants"`},
+		{"the file's id", replicasAdminToken, `{"id":"acct_1","tenants":["t1"]}`, 409, "ALREADY_EXISTS"},
+		{"the API's id again", replicasAdminToken, `{"id":"acct_9","tenants":["t1"]}`, 409, "ALREADY_EXISTS"},
+	} {
+		if a := httpSend(t, http.MethodPost, rs.apis[1]+"/v1/accounts", c.token, c.body); a.status != c.status || !strings.Contains(a.body, c.says) {
+			t.Errorf("%s: %d %s; want %d saying %s", c.name, a.status, a.body, c.status, c.says)
+		}
+	}
+	if a := httpSend(t, http.MethodPatch, rs.apis[1]+"/v1/accounts/acct_1", replicasAdminToken, `{"tenants":["x"]}`); a.status != 409 || !strings.Contains(a.body, "config file") {
+		t.Errorf("a change of the file's account: %d %s; want 409 naming the file", a.status, a.body)
+	}
+	waitUntil(t, time.Second, "replica 1 to list acct_9", func() bool {
+		return strings.Contains(httpDo(t, http.MethodGet, rs.apis[1]+"/v1/accounts", replicasAdminToken).body, `"id":"acct_9"`)
+	})
+
+	const roleARN = "arn:aws:iam::111122223333:role/acct9-role"
+	d := httpSend(t, http.MethodPost, rs.apis[1]+"/v1/connectors/eventbridge/destinations", replicasAdminToken,
+		`{"id":"acct9-bus","account":"acct_9","bus_arn":"arn:aws:events:us-east-1:111122223333:event-bus/acct9","role_arn":"`+roleARN+`"}`)
+	if d.status != http.StatusCreated {
+		t.Fatalf("the account's destination: %d %s", d.status, d.body)
+	}
+	rs.sts.RequireExternalID(roleARN, *decodeAs[apiCard](t, d).ExternalID)
+	base := "/v1/connectors/eventbridge/destinations/acct9-bus"
+	waitUntil(t, 30*time.Second, "acct9-bus active", func() bool {
+		return decodeAs[apiCard](t, httpDo(t, http.MethodGet, rs.apis[0]+base, replicasAdminToken)).Status == "active"
+	})
+	var confirmed []string
+	for i := range 30 {
+		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-9999-7000-8000-%012d", i), Status: "completed", Tenant: "t9"}
+		dc, err := rs.ch.PublishWithDeferredConfirm(rs.exchange, job.RoutingKey(), false, false, jobevent.Build(job, rs.exchange, rs.key, time.Now()))
+		if err != nil || !dc.Wait() {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		confirmed = append(confirmed, job.EventID())
+	}
+	waitUntil(t, 30*time.Second, "the tenant's events at acct9-bus", func() bool {
+		return len(apiBusEntries(t, rs.bus, "acct9")) >= len(confirmed)
+	})
+	if n := outOfOrder(confirmed, apiBusEntries(t, rs.bus, "acct9")); n > 0 {
+		t.Fatalf("%d of the tenant's events out of the confirmed order", n)
+	}
+	if n := len(apiBusEntries(t, rs.bus, "orders")); n > 0 {
+		t.Fatalf("%d of the new tenant's events reached acct_1's bus", n)
+	}
+
+	if a := httpSend(t, http.MethodDelete, rs.apis[0]+"/v1/accounts/acct_9", replicasAdminToken, ""); a.status != 409 || !strings.Contains(a.body, "1 destinations") {
+		t.Fatalf("deleting an account with a destination: %d %s; want 409", a.status, a.body)
+	}
+	if a := httpSend(t, http.MethodDelete, rs.apis[0]+base, replicasAdminToken, ""); a.status != http.StatusOK {
+		t.Fatalf("delete the destination: %d %s", a.status, a.body)
+	}
+	if a := httpSend(t, http.MethodDelete, rs.apis[0]+"/v1/accounts/acct_9", replicasAdminToken, ""); a.status != http.StatusOK {
+		t.Fatalf("delete the account: %d %s", a.status, a.body)
+	}
+	for i, api := range rs.apis {
+		waitUntil(t, time.Second, fmt.Sprintf("replica %d to forget acct_9", i), func() bool {
+			return httpDo(t, http.MethodGet, api+"/v1/accounts/acct_9", replicasAdminToken).status == http.StatusNotFound
+		})
+	}
+}

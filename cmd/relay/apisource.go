@@ -8,12 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/registry"
 )
 
-// apiSource is the second source of destinations on a replica: those the API made,
+// apiSource is the second source of accounts and destinations on a replica: those the API made,
 // read from the registry at start and then from its change stream (one blocking read per
 // replica, nothing per destination), each change handed to the dispatcher as it comes.
 // What the file defines wins over a registry entry of the same id.
@@ -22,10 +23,25 @@ type apiSource struct {
 	disp *dispatch.Dispatcher
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	dests map[string]destination.Destination // by id
-	file  map[string]bool                    // the file's ids
-	pos   string                             // the change stream, read up to here
+	// onAccounts is called, outside the lock, when the API's accounts changed.
+	onAccounts func()
+
+	mu       sync.Mutex
+	dests    map[string]destination.Destination // by id
+	accounts map[string]config.Account          // by id
+	file     map[string]bool                    // the file's destination ids
+	pos      string                             // the change stream, read up to here
+}
+
+// accountList is the accounts the API made, by id.
+func (a *apiSource) accountList() []config.Account {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]config.Account, 0, len(a.accounts))
+	for _, id := range slices.Sorted(maps.Keys(a.accounts)) {
+		out = append(out, a.accounts[id])
+	}
+	return out
 }
 
 // changeWait is how long one read of the change stream blocks.
@@ -38,8 +54,16 @@ func (a *apiSource) load(ctx context.Context, file []destination.Destination) ([
 	if err != nil {
 		return nil, err
 	}
+	accts, err := a.reg.AllAccounts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.accounts = make(map[string]config.Account, len(accts))
+	for _, r := range accts {
+		a.accounts[r.ID] = r.Account()
+	}
 	a.dests = make(map[string]destination.Destination, len(recs))
 	for _, r := range recs {
 		a.dests[r.ID] = r.Destination()
@@ -102,7 +126,24 @@ func (a *apiSource) run(ctx context.Context) {
 
 // apply hands changes to the dispatcher, in order.
 func (a *apiSource) apply(ctx context.Context, changes []registry.Change) {
+	accountsChanged := false
+	defer func() {
+		if accountsChanged && a.onAccounts != nil {
+			a.onAccounts()
+		}
+	}()
 	for _, c := range changes {
+		if c.IsAccount {
+			a.mu.Lock()
+			if c.Account != nil {
+				a.accounts[c.ID] = c.Account.Account()
+			} else {
+				delete(a.accounts, c.ID)
+			}
+			a.mu.Unlock()
+			accountsChanged = true
+			continue
+		}
 		a.mu.Lock()
 		fileOwned := a.file[c.ID]
 		if c.Record != nil {
@@ -131,7 +172,16 @@ func (a *apiSource) reloadAll(ctx context.Context) {
 		a.log.Warn("the registry could not be read", "error", err)
 		return
 	}
+	accts, err := a.reg.AllAccounts(ctx)
+	if err != nil {
+		a.log.Warn("the registry could not be read", "error", err)
+		return
+	}
 	a.mu.Lock()
+	a.accounts = make(map[string]config.Account, len(accts))
+	for _, r := range accts {
+		a.accounts[r.ID] = r.Account()
+	}
 	old := a.dests
 	a.dests = make(map[string]destination.Destination, len(recs))
 	var up []destination.Destination
@@ -149,6 +199,9 @@ func (a *apiSource) reloadAll(ctx context.Context) {
 	}
 	a.pos = pos
 	a.mu.Unlock()
+	if a.onAccounts != nil {
+		a.onAccounts()
+	}
 	a.disp.Remove(gone...)
 	if err := a.disp.Upsert(ctx, up...); err != nil {
 		a.log.Warn("the api's destinations could not be taken", "error", err)

@@ -16,12 +16,13 @@ func exportCmd(e env) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
 		Use:   "export",
-		Short: "Print the destinations the API made as config lines, ExternalIds pinned",
-		Long: `export reads the destinations made through the API from Redis (the config names which
-Redis) and prints them as a destinations: block that serve accepts as it is: each with its
+		Short: "Print the accounts and destinations the API made as config lines, ExternalIds pinned",
+		Long: `export reads the accounts and destinations made through the API from Redis (the config
+names which Redis) and prints them as an accounts: block (when the API made any) and a
+destinations: block that serve accepts as they are: each destination with its
 ExternalId pinned, so a trust policy that names it keeps matching after Redis is lost.
 Keep its output with your backups. To restore after an empty Redis, or to move API
-destinations into the file, add its items to the file's destinations: and start (or
+destinations into the file, add its items to the file's accounts: and destinations: and start (or
 SIGHUP) the relay: the file's definition wins over the API's, and is read-only through
 the API from then on.`,
 		Args: cobra.NoArgs,
@@ -31,11 +32,16 @@ the API from then on.`,
 				return err
 			}
 			defer st.Close()
-			recs, _, err := registry.New(st.Client()).All(cmd.Context())
+			reg := registry.New(st.Client())
+			recs, _, err := reg.All(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("read the destinations the api made from redis: %w", err)
 			}
-			printExport(e.stdout, path, recs)
+			accts, err := reg.AllAccounts(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("read the accounts the api made from redis: %w", err)
+			}
+			printExport(e.stdout, path, accts, recs)
 			return nil
 		},
 	}
@@ -43,12 +49,26 @@ the API from then on.`,
 	return cmd
 }
 
-// printExport writes recs as a config's destinations: block; each value a JSON string,
-// which YAML reads as it is.
-func printExport(w io.Writer, path string, recs []registry.Record) {
+// printExport writes accts and recs as a config's accounts: block (when there are any)
+// and destinations: block; each value a JSON string, which YAML reads as it is.
+func printExport(w io.Writer, path string, accts []registry.AccountRecord, recs []registry.Record) {
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	fmt.Fprintf(w, "# %d destinations made through the API (relay export --config %s).\n", len(recs), path)
-	fmt.Fprintln(w, "# Add the items to the file's destinations: to restore them, ExternalIds pinned.")
+	list := func(vs []string) string { b, _ := json.Marshal(vs); return string(b) }
+	fmt.Fprintf(w, "# %d accounts and %d destinations made through the API (relay export --config %s).\n", len(accts), len(recs), path)
+	fmt.Fprintln(w, "# Add the items to the file's accounts: and destinations: to restore them, ExternalIds pinned.")
+	if len(accts) > 0 {
+		fmt.Fprintln(w, "accounts:")
+		slices.SortFunc(accts, func(a, b registry.AccountRecord) int { return strings.Compare(a.ID, b.ID) })
+		for _, a := range accts {
+			fmt.Fprintf(w, "  - id: %s\n    tenants: %s\n", q(a.ID), list(a.Tenants))
+			if len(a.Sources) > 0 {
+				fmt.Fprintf(w, "    sources: %s\n", list(a.Sources))
+			}
+			if a.StoreIDPath != "" {
+				fmt.Fprintf(w, "    store_id_path: %s\n", q(a.StoreIDPath))
+			}
+		}
+	}
 	fmt.Fprintln(w, "destinations:")
 	slices.SortFunc(recs, func(a, b registry.Record) int { return strings.Compare(a.ID, b.ID) })
 	for _, r := range recs {
@@ -60,8 +80,7 @@ func printExport(w io.Writer, path string, recs []registry.Record) {
 			}
 		}
 		if len(r.Events) > 0 {
-			b, _ := json.Marshal(r.Events)
-			fmt.Fprintf(w, "    events: %s\n", b)
+			fmt.Fprintf(w, "    events: %s\n", list(r.Events))
 		}
 	}
 }

@@ -244,6 +244,10 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	if err != nil {
 		return fmt.Errorf("read the destinations the api made from redis: %w", err)
 	}
+	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
+		current: cfg, store: st, src: src}
+	src.onAccounts = rl.applyAccounts
+	rl.applyAccounts() // the API's accounts are routed before anything is consumed
 	if err := disp.SetDestinations(ctx, all); err != nil {
 		return fmt.Errorf("load destination state from redis: %w", err)
 	}
@@ -251,8 +255,6 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 
 	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(all), "api_destinations", len(all)-len(cfg.Destinations),
 		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
-	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
-		current: cfg, store: st, src: src}
 	var wg sync.WaitGroup
 	var ingestErr error
 	wg.Add(5)
@@ -298,7 +300,25 @@ type reloader struct {
 	api     *api.Server
 	current *config.Config
 	store   *store.Store // to refuse a file that would change an issued ExternalId
-	src     *apiSource   // the API's destinations, kept through every reload
+	src     *apiSource   // the API's accounts and destinations, kept through every reload
+
+	mu sync.Mutex // applyAccounts and reload, one at a time
+}
+
+// applyAccounts routes the file's accounts and the API's (the file's win on an id):
+// ingest, delivery's store id paths, the outbox drainer and the API take them.
+func (r *reloader) applyAccounts() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.applyAccountsLocked(r.current)
+}
+
+func (r *reloader) applyAccountsLocked(file *config.Config) {
+	merged := file.WithAccounts(r.src.accountList())
+	r.disp.SetAccounts(merged.Accounts)
+	r.outbox.SetAccounts(accountIDs(merged.Accounts))
+	r.ingest.SetRouter(merged)
+	r.api.Reload(merged)
 }
 
 // reload re-reads the file. A file with problems is refused whole and the running config
@@ -316,6 +336,8 @@ type reloader struct {
 // A removed account's log and destination state stay in Redis; its events are unrouted
 // from then on. Nothing secret is logged: problems never hold values.
 func (r *reloader) reload(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	next, err := config.Load(r.path, r.getenv)
 	if err != nil {
 		var problems config.Problems
@@ -348,10 +370,7 @@ func (r *reloader) reload(ctx context.Context) {
 		r.log.Error("config reload refused: destination state not written; the running config stays", "error", err)
 		return
 	}
-	r.disp.SetAccounts(next.Accounts)
-	r.outbox.SetAccounts(accountIDs(next.Accounts))
-	r.ingest.SetRouter(next)
-	r.api.Reload(next)
+	r.applyAccountsLocked(next)
 	for _, setting := range restartOnly(r.current, next) {
 		r.log.Warn("config change takes effect at the next restart", "setting", setting)
 	}

@@ -203,6 +203,11 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/streams/subscribe", s.authedStream(s.subscribeMany))
 
 	m.HandleFunc("GET /v1/whoami", s.authed(s.whoami))
+	m.HandleFunc("GET /v1/accounts", s.authed(s.listAccounts))
+	m.HandleFunc("POST /v1/accounts", s.authed(s.createAccount))
+	m.HandleFunc("GET /v1/accounts/{id}", s.authed(s.getAccount))
+	m.HandleFunc("PATCH /v1/accounts/{id}", s.authed(s.patchAccount))
+	m.HandleFunc("DELETE /v1/accounts/{id}", s.authed(s.deleteAccount))
 	if s.opts.Console != nil {
 		s.consoleRoutes(m)
 	}

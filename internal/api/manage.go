@@ -24,7 +24,7 @@ import (
 // (internal/registry); its change stream carries each one to every replica.
 
 // destinationBody is a create's body, and what a PATCH may hold (pointers: present or
-// not). Unknown fields are refused, so a typo is an error, not a silent default.
+// not).
 type destinationBody struct {
 	ID        *string   `json:"id"`
 	Account   *string   `json:"account"`
@@ -47,19 +47,23 @@ func val(s *string) string {
 // maxIdempotencyKey bounds an Idempotency-Key header (it names a Redis key).
 const maxIdempotencyKey = 200
 
-// decodeBody reads a JSON object of destinationBody's fields into b.
-func decodeBody(r *http.Request, b *destinationBody) *apiError {
+// decodeStrict reads the body, a JSON object of what's fields, into v; an unknown
+// field is refused, so a typo is an error, not a silent default.
+func decodeStrict(r *http.Request, v any, what string) *apiError {
 	raw, e := readBody(r)
 	if e != nil {
 		return e
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(b); err != nil {
-		return errInvalid("the body must be a JSON object of the destination's fields (id, account, bus_arn, stream_arn, role_arn, kms_key_arn, project_id, topic_id, events): " + err.Error())
+	if err := dec.Decode(v); err != nil {
+		return errInvalid("the body must be a JSON object of " + what + ": " + err.Error())
 	}
 	return nil
 }
+
+// destinationFields names a destination body's fields, for decodeStrict.
+const destinationFields = "the destination's fields (id, account, bus_arn, stream_arn, role_arn, kms_key_arn, project_id, topic_id, events)"
 
 // fieldsOf turns config problems into a body's field problems.
 func fieldsOf(ps config.Problems) []fieldProblem {
@@ -106,7 +110,7 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 		return
 	}
 	var b destinationBody
-	if e := decodeBody(r, &b); e != nil {
+	if e := decodeStrict(r, &b, destinationFields); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -205,12 +209,16 @@ func (s *Server) managedHere(w http.ResponseWriter, d destination.Destination) b
 	if d.Managed() == destination.ManagedByAPI && s.opts.Registry != nil {
 		return true
 	}
-	where := "the relay's config file"
-	if s.opts.ConfigPath != "" {
-		where = "the relay's config file (" + s.opts.ConfigPath + ")"
-	}
-	writeError(w, errConflict("destination "+strconv.Quote(d.ID)+" is defined in "+where+": it is changed or removed there, by the platform's operators"))
+	writeError(w, errConflict("destination "+strconv.Quote(d.ID)+" is defined in "+s.fileWhere()+": it is changed or removed there, by the platform's operators"))
 	return false
+}
+
+// fileWhere names the config file in an answer.
+func (s *Server) fileWhere() string {
+	if s.opts.ConfigPath != "" {
+		return "the relay's config file (" + s.opts.ConfigPath + ")"
+	}
+	return "the relay's config file"
 }
 
 func (s *Server) patchDestination(w http.ResponseWriter, r *http.Request, p principal) {
@@ -219,7 +227,7 @@ func (s *Server) patchDestination(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	var b destinationBody
-	if e := decodeBody(r, &b); e != nil {
+	if e := decodeStrict(r, &b, destinationFields); e != nil {
 		writeError(w, e)
 		return
 	}

@@ -1,7 +1,8 @@
-// Package registry keeps the destinations the API made, in Redis beside the logs: one
-// hash of their definitions (ExternalId pinned at creation), a count per account, the
-// Idempotency-Keys of recent creates, and a stream of changes every replica follows so
-// a create or a delete reaches each one at once, with no polling per destination. The
+// Package registry keeps the destinations and accounts the API made, in Redis beside the
+// logs: a hash of each kind's definitions (a destination's ExternalId pinned at
+// creation), a count of destinations per account, the Idempotency-Keys of recent
+// creates, and a stream of changes every replica follows so a create or a delete
+// reaches each one at once, with no polling per destination. The
 // config file is the other source; both share one id space (the caller checks the
 // file's ids, Create checks the registry's, atomically).
 package registry
@@ -124,24 +125,35 @@ func (g *Registry) Create(ctx context.Context, rec Record, idemKey string, most 
 	return rec.ID, true, nil
 }
 
-var updateScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+var putScript = redis.NewScript(`
+local exists = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+if exists ~= (ARGV[5] == 'existing') then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'op', 'put', 'id', ARGV[1])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'op', ARGV[4], 'id', ARGV[1])
 return 1
 `)
 
-// Update replaces the stored record of rec.ID (ErrNotFound when there is none).
-func (g *Registry) Update(ctx context.Context, rec Record) error {
+// put stores rec under id in hash and appends op to the change stream: only over an
+// existing record (ErrNotFound otherwise), or only where there is none (ErrExists).
+func (g *Registry) put(ctx context.Context, hash, op, id string, rec any, existing bool) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	n, err := updateScript.Run(ctx, g.rdb, []string{destsKey, changesKey}, rec.ID, string(b), changesKept).Int()
+	mode, refused := "new", ErrExists
+	if existing {
+		mode, refused = "existing", ErrNotFound
+	}
+	n, err := putScript.Run(ctx, g.rdb, []string{hash, changesKey}, id, string(b), changesKept, op, mode).Int()
 	if err == nil && n == 0 {
-		err = ErrNotFound
+		err = refused
 	}
 	return err
+}
+
+// Update replaces the stored record of rec.ID (ErrNotFound when there is none).
+func (g *Registry) Update(ctx context.Context, rec Record) error {
+	return g.put(ctx, destsKey, "put", rec.ID, rec, true)
 }
 
 var deleteScript = redis.NewScript(`
@@ -215,10 +227,13 @@ func (g *Registry) All(ctx context.Context) ([]Record, string, error) {
 	return out, from, iter.Err()
 }
 
-// Change is one entry of the change stream, with the record as it is now (nil: deleted).
+// Change is one entry of the change stream, with the record as it is now (nil:
+// deleted): a destination's (Record), or an account's (Account, with IsAccount).
 type Change struct {
-	ID     string
-	Record *Record
+	ID        string
+	Record    *Record
+	IsAccount bool
+	Account   *AccountRecord
 }
 
 // Next waits up to block for changes after position from and returns them with the new
@@ -245,7 +260,18 @@ func (g *Registry) Next(ctx context.Context, from string, block time.Duration) (
 			next = m.ID
 			id, _ := m.Values["id"].(string)
 			c := Change{ID: id}
-			if m.Values["op"] == "put" {
+			op, _ := m.Values["op"].(string)
+			c.IsAccount = op == "put_account" || op == "delete_account"
+			if op == "put_account" {
+				rec, err := g.GetAccount(ctx, id)
+				switch {
+				case err == nil:
+					c.Account = &rec
+				case !errors.Is(err, ErrNotFound):
+					return nil, from, false, err
+				}
+			}
+			if op == "put" {
 				rec, err := g.Get(ctx, id)
 				switch {
 				case err == nil:
