@@ -23,8 +23,12 @@ type apiSource struct {
 	disp *dispatch.Dispatcher
 	log  *slog.Logger
 
-	// onAccounts is called, outside the lock, when the API's accounts changed.
+	// onAccounts is called, outside the locks, when the API's accounts changed.
 	onAccounts func()
+
+	// applying is held while changes go to the dispatcher, and while a reload gives it
+	// the merged set (setDestinations).
+	applying sync.Mutex
 
 	mu       sync.Mutex
 	dests    map[string]destination.Destination // by id
@@ -126,12 +130,16 @@ func (a *apiSource) run(ctx context.Context) {
 
 // apply hands changes to the dispatcher, in order.
 func (a *apiSource) apply(ctx context.Context, changes []registry.Change) {
-	accountsChanged := false
-	defer func() {
-		if accountsChanged && a.onAccounts != nil {
-			a.onAccounts()
-		}
-	}()
+	a.applying.Lock()
+	accountsChanged := a.applyLocked(ctx, changes)
+	a.applying.Unlock()
+	if accountsChanged && a.onAccounts != nil {
+		a.onAccounts()
+	}
+}
+
+// applyLocked is apply under a.applying; it reports whether an account changed.
+func (a *apiSource) applyLocked(ctx context.Context, changes []registry.Change) (accountsChanged bool) {
 	for _, c := range changes {
 		if c.IsAccount {
 			a.mu.Lock()
@@ -163,6 +171,7 @@ func (a *apiSource) apply(ctx context.Context, changes []registry.Change) {
 			a.log.Warn("a destination the api made could not be taken; the next change or restart takes it", "destination", c.ID, "error", err)
 		}
 	}
+	return accountsChanged
 }
 
 // reloadAll reads the registry again and makes the dispatcher's API destinations match.
@@ -177,6 +186,7 @@ func (a *apiSource) reloadAll(ctx context.Context) {
 		a.log.Warn("the registry could not be read", "error", err)
 		return
 	}
+	a.applying.Lock()
 	a.mu.Lock()
 	a.accounts = make(map[string]config.Account, len(accts))
 	for _, r := range accts {
@@ -199,11 +209,21 @@ func (a *apiSource) reloadAll(ctx context.Context) {
 	}
 	a.pos = pos
 	a.mu.Unlock()
-	if a.onAccounts != nil {
-		a.onAccounts()
-	}
 	a.disp.Remove(gone...)
 	if err := a.disp.Upsert(ctx, up...); err != nil {
 		a.log.Warn("the api's destinations could not be taken", "error", err)
 	}
+	a.applying.Unlock()
+	if a.onAccounts != nil {
+		a.onAccounts() // not under a.applying: a reload takes its own lock, then that one
+	}
+}
+
+// setDestinations gives the dispatcher the file's destinations and the API's (merged)
+// through set, while no change is being applied: a change read meanwhile is applied
+// after, never lost under the swap.
+func (a *apiSource) setDestinations(file []destination.Destination, set func([]destination.Destination) error) error {
+	a.applying.Lock()
+	defer a.applying.Unlock()
+	return set(a.merged(file))
 }

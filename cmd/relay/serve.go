@@ -23,6 +23,7 @@ import (
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/console"
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/ingest"
 	"github.com/mercamap/relay/internal/lag"
@@ -366,7 +367,9 @@ func (r *reloader) reload(ctx context.Context) {
 		}
 		return
 	}
-	if err := r.disp.SetDestinations(ctx, r.src.merged(next.Destinations)); err != nil {
+	if err := r.src.setDestinations(next.Destinations, func(all []destination.Destination) error {
+		return r.disp.SetDestinations(ctx, all)
+	}); err != nil {
 		r.log.Error("config reload refused: destination state not written; the running config stays", "error", err)
 		return
 	}

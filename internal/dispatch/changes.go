@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"maps"
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
@@ -18,17 +17,15 @@ func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destinatio
 		return nil
 	}
 	d.mu.Lock()
-	next := maps.Clone(d.dests)
-	if next == nil {
-		next = map[string]destination.Destination{}
+	if d.dests == nil {
+		d.dests = map[string]destination.Destination{}
 	}
 	for _, dest := range dests {
 		if w, ok := d.workers[dest.ID]; ok && w.dest.Fingerprint() != dest.Fingerprint() {
 			w.stop()
 		}
-		next[dest.ID] = dest
+		d.dests[dest.ID] = dest // in place, under mu: every reader holds mu (SetDestinations swaps the map)
 	}
-	d.dests = next
 	d.mu.Unlock()
 	return d.ensure(ctx, dests, true)
 }
@@ -39,14 +36,12 @@ func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destinatio
 func (d *Dispatcher) Remove(ids ...string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	next := maps.Clone(d.dests)
 	for _, id := range ids {
 		if w, ok := d.workers[id]; ok {
 			w.stop()
 		}
-		delete(next, id)
+		delete(d.dests, id)
 	}
-	d.dests = next
 }
 
 // Delete ends a destination for good, on every replica. First the pause's fence: no
