@@ -33,7 +33,9 @@ func TestTheRegistryKeepsOneIdSpaceACapAndItsChangesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := func(id, acct string) Record { return Record{ID: id, Account: acct, Connector: "pubsub", CreatedAt: time.Now()} }
+	rec := func(id, acct string) Record {
+		return Record{ID: id, Account: acct, Connector: "pubsub", CreatedAt: time.Now()}
+	}
 	if _, made, err := g.Create(ctx, rec("a", "acct_1"), "k1", 2); err != nil || !made {
 		t.Fatalf("first create: %v %v", made, err)
 	}
