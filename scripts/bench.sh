@@ -37,6 +37,7 @@
 #   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:3); none: no cluster started
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
 #                                       1,000 destinations on each (a shorter run)
+#   BENCH_API=<n>|0                     destinations made through the API after the rows (default 100000; 0: none)
 #   BENCH_BASELINE=<rev>                also run the 1,000-destination row with `relay` built at that git rev
 #
 # Progress goes to stderr. Ports: BENCH_E2E_REDIS_PORT 17579, BENCH_E2E_RABBIT_PORT 26872
@@ -114,7 +115,7 @@ report=$state/report.md
 echo "bench: end to end (cmd/loadtest bench)" >&2
 "$state/loadtest" bench -relay "$state/relay" -state "$state" -rabbit-pid "$(<"$state/rabbit.pid")" \
 	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" "${cluster_args[@]}" \
-	-aims-out "$state/aims.md" "${baseline_args[@]}" "${e2e[@]}" >"$state/e2e.md"
+	-aims-out "$state/aims.md" -api "${BENCH_API:-100000}" "${baseline_args[@]}" "${e2e[@]}" >"$state/e2e.md"
 took="$((SECONDS / 60)) min $((SECONDS % 60)) s"
 {
 	cat "$state/aims.md"

@@ -210,6 +210,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&e.idleFor, "idle", 5*time.Second, "per row, how long Redis and relay CPU are read with nothing published, after the warm-up")
 	fs.DurationVar(&e.idleLeased, "idle-leased", 15*time.Second, "the same for the 10,000-destination row (the idle aim's): a whole lease_ttl, so every lease renewal falls inside")
 	baselineLabel := fs.String("baseline-label", "baseline", "what -baseline-relay is (its git rev), for the report")
+	apiDests := fs.Int("api", 0, "after the rows, make this many destinations through the API (issue 31's rows); 0: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -294,9 +295,19 @@ func runBench(ctx context.Context, args []string) error {
 		logf("run %d (%d destinations): %s in all", i+1, r.dests, time.Since(t0).Round(time.Second))
 		results = append(results, res)
 	}
+	var apiRes *apiResult
+	if *apiDests > 0 {
+		t0 := time.Now()
+		r := e.apiRow(ctx, redisURL, rdb, *apiDests)
+		if r.err != "" {
+			logf("the API rows failed: %s", r.err)
+		}
+		logf("the API rows: %s in all", time.Since(t0).Round(time.Second))
+		apiRes = &r
+	}
 	loadAfter := loadAvg()
 
-	aims := aimsTable(judgeAims(results)) + issue17Line(results)
+	aims := aimsTable(append(judgeAims(results), apiAims(apiRes)...)) + issue17Line(results)
 	if aimsOut == "" {
 		fmt.Print(aims)
 	} else if err := os.WriteFile(aimsOut, []byte(aims), 0o644); err != nil {
@@ -394,17 +405,7 @@ destinations:
 	// when the role is assumed (the relay stores it at startup), so the first setup check
 	// passes.
 	for i := range r.dests {
-		key := fmt.Sprintf("relay:{acct_bench}:dest:d%d", i)
-		var mu sync.Mutex
-		var ext string // once stored, an ExternalId never changes: read Redis until it is
-		e.sts.RequireExternalIDOf(fmt.Sprintf(role, idx, i), func() string {
-			mu.Lock()
-			defer mu.Unlock()
-			if ext == "" {
-				ext = rdb.HGet(ctx, key, "external_id").Val()
-			}
-			return ext
-		})
+		e.trustStored(ctx, rdb, fmt.Sprintf(role, idx, i), fmt.Sprintf("relay:{acct_bench}:dest:d%d", i))
 	}
 	bin := e.relayBin
 	if r.baseline != "" {
@@ -891,4 +892,20 @@ func round(d time.Duration) time.Duration {
 		return d.Round(10 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
+}
+
+// trustStored has role trust the ExternalId the destination hash key holds, read from
+// Redis when the role is first assumed (the relay stores it when the destination is
+// added): the customer copying it from the card.
+func (e *benchEnv) trustStored(ctx context.Context, rdb redis.UniversalClient, role, key string) {
+	var mu sync.Mutex
+	var ext string // once stored, an ExternalId never changes: read Redis until it is
+	e.sts.RequireExternalIDOf(role, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if ext == "" {
+			ext = rdb.HGet(ctx, key, "external_id").Val()
+		}
+		return ext
+	})
 }
