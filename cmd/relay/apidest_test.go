@@ -256,6 +256,13 @@ func TestCreatesThatAreRefusedSayWhyAndMakeNothing(t *testing.T) {
 	if last.status != http.StatusTooManyRequests || last.header.Get("Retry-After") == "" {
 		t.Fatalf("past destination_changes_per_account: %d %s; want 429 with Retry-After", last.status, last.body)
 	}
+	// Another account is not held back by acct_1's budget.
+	if a := httpSend(t, http.MethodPost, api+"/v1/accounts", replicasAdminToken, `{"id":"acct_2","tenants":["t2"]}`); a.status != http.StatusCreated {
+		t.Fatalf("another account: %d %s", a.status, a.body)
+	}
+	if a := httpSend(t, http.MethodPost, api+base, replicasAdminToken, `{"account":"acct_2",`+bus+`,`+role+`}`); a.status != http.StatusCreated {
+		t.Fatalf("acct_2's create while acct_1 is past its budget: %d %s; want 201", a.status, a.body)
+	}
 	if a := httpDo(t, http.MethodGet, api+base+"/"+id, replicasAcctToken); a.status != http.StatusOK {
 		t.Fatalf("the refused delete removed the destination: %d %s", a.status, a.body)
 	}
@@ -482,9 +489,10 @@ func TestTheHolderKilledRightAfterACreateHandsTheNewDestinationOver(t *testing.T
 // read-only; an account token manages none.
 func TestAnAccountMadeThroughTheAPIIsRoutedOnEveryReplica(t *testing.T) {
 	rs := startReplicas(t, 2)
-	a := httpSend(t, http.MethodPost, rs.apis[0]+"/v1/accounts", replicasAdminToken, `{"id":"acct_9","tenants":["t9"]}`)
-	if a.status != http.StatusCreated || !strings.Contains(a.body, `"managed_by":"api"`) {
-		t.Fatalf("create the account: %d %s", a.status, a.body)
+	vars := map[string]string{"TEST_ADMIN_TOKEN": replicasAdminToken}
+	out, err := runRelay(t, vars, "", "accounts", "create", "acct_9", "--tenants", "t9", "--api", rs.apis[0], "--token", "env:TEST_ADMIN_TOKEN")
+	if err != nil || !strings.Contains(out, "acct_9: tenants t9, 0 destinations, managed by api") {
+		t.Fatalf("relay accounts create: %v\n%s", err, out)
 	}
 	for _, c := range []struct {
 		name, token, body string
@@ -504,7 +512,8 @@ func TestAnAccountMadeThroughTheAPIIsRoutedOnEveryReplica(t *testing.T) {
 		t.Errorf("a change of the file's account: %d %s; want 409 naming the file", a.status, a.body)
 	}
 	waitUntil(t, time.Second, "replica 1 to list acct_9", func() bool {
-		return strings.Contains(httpDo(t, http.MethodGet, rs.apis[1]+"/v1/accounts", replicasAdminToken).body, `"id":"acct_9"`)
+		out, err := runRelay(t, vars, "", "accounts", "--api", rs.apis[1], "--token", "env:TEST_ADMIN_TOKEN")
+		return err == nil && strings.Contains(out, "acct_9") && strings.Contains(out, "acct_1")
 	})
 
 	const roleARN = "arn:aws:iam::111122223333:role/acct9-role"

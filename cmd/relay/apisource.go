@@ -167,7 +167,11 @@ func (a *apiSource) applyLocked(ctx context.Context, changes []registry.Change) 
 			a.disp.Remove(c.ID)
 			continue
 		}
-		if err := a.disp.Upsert(ctx, c.Record.Destination()); err != nil {
+		nd := c.Record.Destination()
+		if cur, ok := a.disp.Destination(c.ID); ok && cur.Fingerprint() == nd.Fingerprint() && cur.PinnedExternalID == nd.PinnedExternalID {
+			continue // this replica took it already (it made the change): nothing to ensure
+		}
+		if err := a.disp.Upsert(ctx, nd); err != nil {
 			a.log.Warn("a destination the api made could not be taken; the next change or restart takes it", "destination", c.ID, "error", err)
 		}
 	}

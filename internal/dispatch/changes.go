@@ -27,7 +27,11 @@ func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destinatio
 		d.dests[dest.ID] = dest // in place, under mu: every reader holds mu (SetDestinations swaps the map)
 	}
 	d.mu.Unlock()
-	return d.ensure(ctx, dests, true)
+	if err := d.ensure(ctx, dests, true, false); err != nil {
+		return err
+	}
+	d.take(ctx, dests)
+	return nil
 }
 
 // Remove forgets the destinations of ids on this replica: their workers stop at their

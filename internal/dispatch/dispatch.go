@@ -88,6 +88,8 @@ type Dispatcher struct {
 	// rewatch tells the log watcher that a lease round took the first lease of an
 	// account: its log is followed now, not at the watcher's next look.
 	rewatch chan struct{}
+	// live is how many replicas the last lease round counted (take's share).
+	live atomic.Int64
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -157,7 +159,7 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 	d.dests = next
 	d.mu.Unlock()
 
-	if err := d.ensure(ctx, dests, reload); err != nil {
+	if err := d.ensure(ctx, dests, reload, true); err != nil {
 		return err
 	}
 	for id, old := range prev {
@@ -169,9 +171,9 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 }
 
 // ensure stores the state of dests that Redis does not hold yet, and tells the watchers
-// of one that appeared on a running replica (reload) to load a new snapshot; then asks
-// for a lease round.
-func (d *Dispatcher) ensure(ctx context.Context, dests []destination.Destination, reload bool) error {
+// of one that appeared on a running replica (reload) to load a new snapshot; then, with
+// kick, asks for a lease round.
+func (d *Dispatcher) ensure(ctx context.Context, dests []destination.Destination, reload, kick bool) error {
 	retention := d.opts.Delivery.ChannelRetention
 	// The ExternalId stored at first sight, and never changed after: the config's
 	// (pinned or derived, so an empty Redis gives back the same one), else random.
@@ -198,7 +200,9 @@ func (d *Dispatcher) ensure(ctx context.Context, dests []destination.Destination
 			}
 		}
 	}
-	d.kickBalance() // the new destinations' workers start now, not at the next tick
+	if kick {
+		d.kickBalance() // the new destinations' workers start now, not at the next tick
+	}
 	return nil
 }
 

@@ -77,13 +77,38 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	}
 	room := share - len(d.workers)
 	d.mu.Unlock()
+	d.live.Store(max(live, 1))
+	d.acquire(ctx, candidates, room, ttl)
+}
+
+// take tries, at once, to lease destinations just added here (Upsert), within this
+// replica's share as the last lease round counted the live replicas: no renewal of
+// what it holds, so a create costs the same with 100,000 others. What it does not
+// take waits for the next round, as before.
+func (d *Dispatcher) take(ctx context.Context, dests []destination.Destination) {
+	live := max(d.live.Load(), 1)
+	d.mu.Lock()
+	share := (len(d.dests) + int(live) - 1) / int(live)
+	room := share - len(d.workers)
+	var candidates []destination.Destination
+	for _, dest := range dests {
+		if _, held := d.workers[dest.ID]; !held {
+			candidates = append(candidates, dest)
+		}
+	}
+	d.mu.Unlock()
+	d.acquire(ctx, candidates, room, d.opts.Delivery.LeaseTTL)
+}
+
+// acquire takes the free leases of candidates, up to room, and starts their workers.
+func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Destination, room int, ttl time.Duration) {
 	if room <= 0 || len(candidates) == 0 {
 		d.opts.Metrics.Leases.Set(float64(d.heldCount()))
 		return
 	}
 	// Only free leases count against our share: leases other replicas hold must not
 	// use it up, or two replicas each holding some could both stop short forever.
-	refs = refs[:0]
+	refs := make([]store.Ref, 0, len(candidates))
 	for _, dest := range candidates {
 		refs = append(refs, ref(dest))
 	}
@@ -101,7 +126,7 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	for _, dest := range want {
 		refs = append(refs, ref(dest))
 	}
-	sent = time.Now()
+	sent := time.Now()
 	tokens, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl)
 	if err != nil {
 		return
