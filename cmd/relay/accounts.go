@@ -7,17 +7,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-)
 
-// accountJSON is an account as the API answers it.
-type accountJSON struct {
-	ID           string   `json:"id"`
-	Tenants      []string `json:"tenants"`
-	Sources      []string `json:"sources"`
-	StoreIDPath  string   `json:"store_id_path"`
-	ManagedBy    string   `json:"managed_by"`
-	Destinations int      `json:"destinations"`
-}
+	"github.com/mercamap/relay/internal/api"
+)
 
 // accountsCmd is `relay accounts`: the accounts routes of the API (an admin token).
 func accountsCmd(e env) *cobra.Command {
@@ -37,7 +29,7 @@ func accountsCmd(e env) *cobra.Command {
 		}
 		return b
 	}
-	show := func(a accountJSON) {
+	show := func(a api.Account) {
 		fmt.Fprintf(e.stdout, "%s: tenants %s, %d destinations, managed by %s\n", a.ID, strings.Join(a.Tenants, ","), a.Destinations, a.ManagedBy)
 	}
 	cmd := &cobra.Command{
@@ -52,7 +44,7 @@ changed in the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var out struct {
-				Accounts []accountJSON `json:"accounts"`
+				Accounts []api.Account `json:"accounts"`
 			}
 			if err := callAPI(cmd.Context(), &flags, e, http.MethodGet, "/v1/accounts", nil, &out, ""); err != nil {
 				return err
@@ -71,7 +63,7 @@ changed in the file.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b := body(cmd)
 			b["id"] = args[0]
-			var a accountJSON
+			var a api.Account
 			if err := callAPI(cmd.Context(), &flags, e, http.MethodPost, "/v1/accounts", b, &a, ""); err != nil {
 				return err
 			}
@@ -86,7 +78,7 @@ changed in the file.`,
 			if len(b) == 0 {
 				return fmt.Errorf("nothing to change: pass --tenants, --sources or --store-id-path")
 			}
-			var a accountJSON
+			var a api.Account
 			if err := callAPI(cmd.Context(), &flags, e, http.MethodPatch, "/v1/accounts/"+args[0], b, &a, ""); err != nil {
 				return err
 			}

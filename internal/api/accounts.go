@@ -15,8 +15,8 @@ import (
 // Accounts through the API (admin only): the file's are listed and read-only; the API's
 // live in the registry and reach every replica's routing through its change stream.
 
-// accountJSON is an account as the API answers it.
-type accountJSON struct {
+// Account is an account as the API answers it (the CLI decodes the same).
+type Account struct {
 	ID           string     `json:"id"`
 	Tenants      []string   `json:"tenants"`
 	Sources      []string   `json:"sources"`
@@ -49,12 +49,12 @@ func adminOnly(w http.ResponseWriter, p principal) bool {
 
 // accountOut is a as answered: how many destinations it has, and where it is defined
 // (the API's have a creation time, the file's none).
-func (s *Server) accountOut(a config.Account, counts map[string]int, created *time.Time) accountJSON {
+func (s *Server) accountOut(a config.Account, counts map[string]int, created *time.Time) Account {
 	managed := destination.ManagedByConfig
 	if created != nil {
 		managed = destination.ManagedByAPI
 	}
-	return accountJSON{ID: a.ID, Tenants: nonNil(a.Tenants), Sources: nonNil(a.Sources), StoreIDPath: a.StoreIDPath,
+	return Account{ID: a.ID, Tenants: nonNil(a.Tenants), Sources: nonNil(a.Sources), StoreIDPath: a.StoreIDPath,
 		ManagedBy: managed, Destinations: counts[a.ID], CreatedAt: created}
 }
 
@@ -73,7 +73,7 @@ func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request, p principa
 	}
 	counts := s.destinationCounts()
 	created := s.createdTimes(r)
-	out := []accountJSON{}
+	out := []Account{}
 	for _, a := range s.cfg.Load().Accounts {
 		out = append(out, s.accountOut(a, counts, created[a.ID]))
 	}
