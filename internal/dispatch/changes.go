@@ -30,7 +30,7 @@ func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destinatio
 	if err := d.ensure(ctx, dests, true, false); err != nil {
 		return err
 	}
-	d.take(ctx, dests)
+	d.take(dests)
 	return nil
 }
 

@@ -88,8 +88,10 @@ type Dispatcher struct {
 	// rewatch tells the log watcher that a lease round took the first lease of an
 	// account: its log is followed now, not at the watcher's next look.
 	rewatch chan struct{}
-	// live is how many replicas the last lease round counted (take's share).
-	live atomic.Int64
+	// live is how many replicas the last lease round counted (take's share); runCtx is
+	// Run's context, which every worker lives in (nil before Run; under mu).
+	live   atomic.Int64
+	runCtx context.Context
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -250,6 +252,9 @@ func (d *Dispatcher) Destination(id string) (destination.Destination, bool) {
 // Run holds leases and runs workers until ctx is cancelled; then each worker finishes
 // its write in flight, its commits are recorded, and its lease is released.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	d.mu.Lock()
+	d.runCtx = ctx // the workers' lifetime, whoever starts them (take)
+	d.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); d.watchLogs(ctx) }()

@@ -85,9 +85,15 @@ func (d *Dispatcher) balance(ctx context.Context) {
 // replica's share as the last lease round counted the live replicas: no renewal of
 // what it holds, so a create costs the same with 100,000 others. What it does not
 // take waits for the next round, as before.
-func (d *Dispatcher) take(ctx context.Context, dests []destination.Destination) {
+func (d *Dispatcher) take(dests []destination.Destination) {
 	live := max(d.live.Load(), 1)
 	d.mu.Lock()
+	ctx := d.runCtx // the workers outlive the request that added them
+	if ctx == nil || ctx.Err() != nil {
+		d.mu.Unlock()
+		d.kickBalance() // not running yet (or any more): the lease round takes them
+		return
+	}
 	share := (len(d.dests) + int(live) - 1) / int(live)
 	room := share - len(d.workers)
 	var candidates []destination.Destination
