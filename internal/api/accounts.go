@@ -111,9 +111,22 @@ func (s *Server) getAccount(w http.ResponseWriter, r *http.Request, p principal)
 	if !adminOnly(w, p) {
 		return
 	}
-	if a, ok := s.findAccount(w, r); ok {
-		writeJSON(w, http.StatusOK, s.accountOut(a, s.destinationCounts(), s.createdTimes(r)[a.ID]))
+	a, ok := s.findAccount(w, r)
+	if !ok {
+		return
 	}
+	var created *time.Time // the API's record of this one account, not every account's
+	if s.opts.Registry != nil {
+		rec, err := s.opts.Registry.GetAccount(r.Context(), a.ID)
+		switch {
+		case err == nil:
+			created = &rec.CreatedAt
+		case !errors.Is(err, registry.ErrNotFound):
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.accountOut(a, s.destinationCounts(), created))
 }
 
 func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, p principal) {
@@ -156,18 +169,19 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, p princip
 		s.fail(w, r, err)
 		return
 	}
-	s.waitAccount(r, a.ID, true)
+	s.waitAccount(r, a.ID, func(_ config.Account, ok bool) bool { return ok })
 	s.log.Info("account created through the api", "account", a.ID)
 	writeJSON(w, http.StatusCreated, s.accountOut(a, nil, &rec.CreatedAt))
 }
 
-// waitAccount waits, up to accountApplyWait, until this replica routes (present) or no
-// longer routes account id: the answer comes once events of its tenants go to it here.
-func (s *Server) waitAccount(r *http.Request, id string, present bool) {
+// waitAccount waits, up to accountApplyWait, until this replica's routing shows the
+// change to account id (routed says so of what it holds, ok false when it has none): the
+// answer comes once events of its tenants go where the change says, here.
+func (s *Server) waitAccount(r *http.Request, id string, routed func(a config.Account, ok bool) bool) {
 	deadline := time.Now().Add(accountApplyWait)
 	for {
-		_, ok := s.cfg.Load().Account(id)
-		if ok == present || time.Now().After(deadline) || r.Context().Err() != nil {
+		a, ok := s.cfg.Load().Account(id)
+		if routed(a, ok) || time.Now().After(deadline) || r.Context().Err() != nil {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -236,13 +250,7 @@ func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request, p principa
 		s.fail(w, r, err)
 		return
 	}
-	deadline := time.Now().Add(accountApplyWait)
-	for {
-		if cur, _ := s.cfg.Load().Account(a.ID); slices.Equal(cur.Tenants, rec.Tenants) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s.waitAccount(r, a.ID, func(cur config.Account, _ bool) bool { return slices.Equal(cur.Tenants, rec.Tenants) })
 	s.log.Info("account changed through the api", "account", a.ID)
 	writeJSON(w, http.StatusOK, s.accountOut(rec.Account(), s.destinationCounts(), &rec.CreatedAt))
 }
@@ -268,7 +276,7 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request, p princip
 		s.fail(w, r, err)
 		return
 	}
-	s.waitAccount(r, a.ID, false)
+	s.waitAccount(r, a.ID, func(_ config.Account, ok bool) bool { return !ok })
 	s.log.Info("account deleted through the api", "account", a.ID)
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": a.ID})
 }
