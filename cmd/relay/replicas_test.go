@@ -66,6 +66,8 @@ type replicaOptions struct {
 	untrusted  bool   // the role does not trust us at start: the test calls rs.trustRole()
 	api        string // more api: keys, as "key: value, …" inside its map (limits)
 	stsBudget  string // aws.sts_budget's value; "" is the default
+	kinesis    string // aws.endpoints.kinesis ("": none)
+	pubsub     string // gcp.pubsub_endpoint ("": none)
 }
 
 func startReplicasWith(t *testing.T, n int, o replicaOptions) *replicaSet {
@@ -79,6 +81,13 @@ func startReplicasWith(t *testing.T, n int, o replicaOptions) *replicaSet {
 	}
 	if o.stsBudget != "" {
 		budget = "\n  sts_budget: " + o.stsBudget
+	}
+	endpoints := ""
+	if o.kinesis != "" {
+		endpoints = ", kinesis: " + o.kinesis
+	}
+	if o.pubsub != "" {
+		budget += "\ngcp: {pubsub_endpoint: " + o.pubsub + "}"
 	}
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	sts, bus := awstest.NewSTS(t), awstest.NewEventBridge(t)
@@ -107,7 +116,7 @@ signature: {keys: [env:TEST_HMAC_KEY]}
 api: {listen: "%s", metrics_listen: "%s", tokens: [{scope: admin, token: env:TEST_ADMIN_TOKEN}, {scope: "account:acct_1", token: env:TEST_ACCT_TOKEN}]%s}
 aws:
   region: us-east-1
-  endpoints: {sts: %s, events: %s}%s
+  endpoints: {sts: %s, events: %s%s}%s
 delivery:
   lease_ttl: 1s
   not_taken_backoff: {initial: 10ms, max: 200ms}
@@ -120,7 +129,7 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: %s
-`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, apiExtra, sts.URL, bus.URL, budget, o.setupCheck, roleARN)), 0o600); err != nil {
+`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, apiExtra, sts.URL, bus.URL, endpoints, budget, o.setupCheck, roleARN)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)

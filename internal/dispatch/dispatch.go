@@ -92,6 +92,9 @@ type Dispatcher struct {
 	// Run's context, which every worker lives in (nil before Run; under mu).
 	live   atomic.Int64
 	runCtx context.Context
+	// acquiring lets one acquire run at a time (a lease round, a new destination's
+	// take): two at once could each start a worker for the same destination.
+	acquiring sync.Mutex
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.

@@ -108,6 +108,16 @@ func (d *Dispatcher) take(dests []destination.Destination) {
 
 // acquire takes the free leases of candidates, up to room, and starts their workers.
 func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Destination, room int, ttl time.Duration) {
+	d.acquiring.Lock()
+	defer d.acquiring.Unlock()
+	// Another acquire may have started some while this one waited: a second worker of
+	// the same destination would write beside the first, unlisted and never stopped.
+	d.mu.Lock()
+	candidates = slices.DeleteFunc(slices.Clone(candidates), func(dest destination.Destination) bool {
+		_, held := d.workers[dest.ID]
+		return held
+	})
+	d.mu.Unlock()
 	if room <= 0 || len(candidates) == 0 {
 		d.opts.Metrics.Leases.Set(float64(d.heldCount()))
 		return
