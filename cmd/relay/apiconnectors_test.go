@@ -13,9 +13,6 @@ import (
 	vkit "cloud.google.com/go/pubsub/v2/apiv1"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -197,35 +194,19 @@ func (rs *replicaSet) connectorJourney(t *testing.T, j connectorJourney) {
 // in order, as far as the shard goes now.
 func streamEventIDs(t *testing.T, endpoint, name string) []string {
 	t.Helper()
-	c := awstest.KinesisClient(endpoint)
-	it, err := c.GetShardIterator(t.Context(), &kinesis.GetShardIteratorInput{StreamName: aws.String(name),
-		ShardId: aws.String("shardId-000000000000"), ShardIteratorType: types.ShardIteratorTypeTrimHorizon})
-	if err != nil {
-		t.Fatalf("shard iterator for %s: %v", name, err)
-	}
 	var ids []string
 	seen := map[string]bool{}
-	for iter := it.ShardIterator; iter != nil; {
-		out, err := c.GetRecords(t.Context(), &kinesis.GetRecordsInput{ShardIterator: iter})
-		if err != nil {
-			t.Fatalf("read %s: %v", name, err)
+	for _, r := range awstest.Records(t, endpoint, name) {
+		var body struct {
+			EventID string `json:"event_id"`
 		}
-		for _, r := range out.Records {
-			var body struct {
-				EventID string `json:"event_id"`
-			}
-			if err := json.Unmarshal(r.Data, &body); err != nil {
-				t.Fatalf("record %q: %v", r.Data, err)
-			}
-			if !seen[body.EventID] {
-				seen[body.EventID] = true
-				ids = append(ids, body.EventID)
-			}
+		if err := json.Unmarshal(r.Data, &body); err != nil {
+			t.Fatalf("record %q: %v", r.Data, err)
 		}
-		if len(out.Records) == 0 {
-			break
+		if !seen[body.EventID] {
+			seen[body.EventID] = true
+			ids = append(ids, body.EventID)
 		}
-		iter = out.NextShardIterator
 	}
 	return ids
 }
@@ -241,16 +222,4 @@ func topicEventIDs(ps *pstest.Server, topic string) []string {
 		}
 	}
 	return ids
-}
-
-// waitFor polls cond every 20 ms until it holds (true) or timeout passes (false).
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }

@@ -82,12 +82,12 @@ func startReplicasWith(t *testing.T, n int, o replicaOptions) *replicaSet {
 	if o.stsBudget != "" {
 		budget = "\n  sts_budget: " + o.stsBudget
 	}
-	endpoints := ""
+	endpoints, gcp := "", ""
 	if o.kinesis != "" {
 		endpoints = ", kinesis: " + o.kinesis
 	}
 	if o.pubsub != "" {
-		budget += "\ngcp: {pubsub_endpoint: " + o.pubsub + "}"
+		gcp = "gcp: {pubsub_endpoint: " + o.pubsub + "}"
 	}
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	sts, bus := awstest.NewSTS(t), awstest.NewEventBridge(t)
@@ -117,6 +117,7 @@ api: {listen: "%s", metrics_listen: "%s", tokens: [{scope: admin, token: env:TES
 aws:
   region: us-east-1
   endpoints: {sts: %s, events: %s%s}%s
+%s
 delivery:
   lease_ttl: 1s
   not_taken_backoff: {initial: 10ms, max: 200ms}
@@ -129,7 +130,7 @@ destinations:
     connector: eventbridge
     bus_arn: arn:aws:events:us-east-1:111122223333:event-bus/orders
     role_arn: %s
-`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, apiExtra, sts.URL, bus.URL, endpoints, budget, o.setupCheck, roleARN)), 0o600); err != nil {
+`, amqpURL, rs.exchange, rs.queue, redisURL, listen, metricsListen, apiExtra, sts.URL, bus.URL, endpoints, budget, gcp, o.setupCheck, roleARN)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)

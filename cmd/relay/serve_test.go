@@ -159,13 +159,21 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 
 func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !waitFor(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// waitFor polls cond every 20 ms until it holds (true) or timeout passes (false).
+func waitFor(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // waitExit waits for a relay process to end, failing the test (with its logs) when it

@@ -162,6 +162,22 @@ func CreateStream(t testing.TB, endpoint, name string) {
 // least n are there (at most 10 s).
 func ReadStream(t testing.TB, endpoint, name string, n int) []types.Record {
 	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		records := Records(t, endpoint, name)
+		switch {
+		case len(records) >= n:
+			return records
+		case time.Now().After(deadline):
+			t.Fatalf("%d records on %s after 10s, want %d", len(records), name, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Records returns the records on the stream's one shard now, in order.
+func Records(t testing.TB, endpoint, name string) []types.Record {
+	t.Helper()
 	c := KinesisClient(endpoint)
 	ctx := t.Context()
 	it, err := c.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(name),
@@ -169,26 +185,17 @@ func ReadStream(t testing.TB, endpoint, name string, n int) []types.Record {
 	if err != nil {
 		t.Fatalf("shard iterator for %s: %v", name, err)
 	}
-	iter := it.ShardIterator
 	var records []types.Record
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	for iter := it.ShardIterator; iter != nil; {
 		out, err := c.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
 		if err != nil {
 			t.Fatalf("read %s: %v", name, err)
 		}
+		if len(out.Records) == 0 {
+			return records // caught up with the shard
+		}
 		records = append(records, out.Records...)
 		iter = out.NextShardIterator
-		switch {
-		case len(records) >= n && len(out.Records) == 0:
-			return records // caught up with the shard
-		case time.Now().After(deadline):
-			if len(records) >= n {
-				return records
-			}
-			t.Fatalf("%d records on %s after 10s, want %d", len(records), name, n)
-		case len(out.Records) == 0:
-			time.Sleep(20 * time.Millisecond)
-		}
 	}
+	return records
 }

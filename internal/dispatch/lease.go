@@ -106,14 +106,15 @@ func (d *Dispatcher) take(dests []destination.Destination) {
 	d.acquire(ctx, candidates, room, d.opts.Delivery.LeaseTTL)
 }
 
-// acquire takes the free leases of candidates, up to room, and starts their workers.
+// acquire takes the free leases of candidates, up to room, and starts their workers;
+// candidates is the caller's own slice, which it overwrites.
 func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Destination, room int, ttl time.Duration) {
 	d.acquiring.Lock()
 	defer d.acquiring.Unlock()
 	// Another acquire may have started some while this one waited: a second worker of
 	// the same destination would write beside the first, unlisted and never stopped.
 	d.mu.Lock()
-	candidates = slices.DeleteFunc(slices.Clone(candidates), func(dest destination.Destination) bool {
+	candidates = slices.DeleteFunc(candidates, func(dest destination.Destination) bool {
 		_, held := d.workers[dest.ID]
 		return held
 	})
