@@ -23,6 +23,7 @@ import (
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
+	"github.com/mercamap/relay/internal/store"
 )
 
 // defaultRuns are the rows issue 23's and issue 30's aims are judged on, and no other:
@@ -32,7 +33,7 @@ import (
 // 10,000 destinations, 100,000 on one replica. Each runs three times (the fifth field)
 // and gives the median, but the memory row (its figures are one delta each) and the
 // 100,000-destination row, whose warm-up alone is 100,000 deliveries.
-const defaultRuns = "1:2000:200:1024:3,1:2000:0:1024:3,0:20000:0:1024:3,1:10000:0:1024:1,100:200:0:1024:3,1000:20:0:1024:3,10000:3:0:1024:3,100000:1:0:1024:1"
+const defaultRuns = "1:2000:200:1024:3,1:2000:0:1024:3,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:3,1000:20:0:1024:3,10000:3:0:1024:3,100000:1:0:1024:1"
 
 func parseRun(r string) (benchRun, error) {
 	p := strings.Split(r, ":")
@@ -78,8 +79,11 @@ type benchRun struct {
 func (r benchRun) ingestOnly() bool { return r.dests == 0 }
 
 // memoryRow is a row after which Redis memory is read for issue 30's aims: one
-// destination with at least aimMemDeliveries deliveries in its history.
-func (r benchRun) memoryRow() bool { return r.dests == 1 && r.events*r.repeats >= aimMemDeliveries }
+// destination with at least aimMemDeliveries deliveries in its history, or two (the
+// fan-out: their outcomes meet in the account's channel).
+func (r benchRun) memoryRow() bool {
+	return (r.dests == 1 || r.dests == 2) && r.events*r.repeats >= aimMemDeliveries
+}
 
 // latencies are publish-to-bus-answer times, sorted.
 type latencies []time.Duration
@@ -113,12 +117,15 @@ type benchResult struct {
 }
 
 // keyMemory is one key's MEMORY USAGE, times the share of it a destination carries;
-// perEntry, for a stream, its MEMORY USAGE over its XLEN (what one entry costs while it
-// is kept).
+// perEvent, for a stream, its MEMORY USAGE over what it holds (what one attempt line or
+// one channel event costs while it is kept): an attempt log's lines (XLEN); a channel's
+// events, which its entries stand for (a run is one entry for many: internal/store
+// lua.go), from its first entry's sequence to its counter, at most the channel's count
+// bound.
 type keyMemory struct {
 	key      string
 	bytes    float64
-	perEntry float64
+	perEvent float64
 }
 
 // repResult is one timed repetition: E events published, until every destination has
@@ -511,11 +518,13 @@ destinations:
 	return
 }
 
-// readMemory reads, after a memory row's repetitions, used_memory once the destination
-// has committed its last delivery, and what each of the destination's keys holds.
+// readMemory reads, after a memory row's repetitions, used_memory once its destinations
+// have committed their last delivery, and what each of the destination's keys holds.
 func readMemory(ctx context.Context, res *benchResult, rdb redis.UniversalClient) string {
-	if !waitCommitted(ctx, rdb, "d0", 10*time.Second) {
-		return "memory: the destination's cursor did not reach the log's last entry within 10 s"
+	for i := range res.dests {
+		if !waitCommitted(ctx, rdb, "d"+strconv.Itoa(i), 10*time.Second) {
+			return "memory: the destination's cursor did not reach the log's last entry within 10 s"
+		}
 	}
 	var err error
 	if res.memAfter, err = usedMemory(ctx, rdb); err != nil {
@@ -585,8 +594,8 @@ func destinationMemory(ctx context.Context, rdb redis.UniversalClient, acct, id 
 			}
 			km := keyMemory{key: iter.Val(), bytes: share * float64(n)}
 			if t, err := m.Type(ctx, km.key).Result(); err == nil && t == "stream" {
-				if l, err := m.XLen(ctx, km.key).Result(); err == nil && l > 0 {
-					km.perEntry = float64(n) / float64(l)
+				if held := streamHolds(ctx, m, km.key); held > 0 {
+					km.perEvent = float64(n) / float64(held)
 				}
 			}
 			mu.Lock()
@@ -597,6 +606,22 @@ func destinationMemory(ctx context.Context, rdb redis.UniversalClient, acct, id 
 	})
 	slices.SortFunc(out, func(a, b keyMemory) int { return cmp.Compare(b.bytes, a.bytes) })
 	return out, err
+}
+
+// streamHolds is how many attempt lines or channel events stream key holds (keyMemory),
+// 0 when it cannot tell.
+func streamHolds(ctx context.Context, m *redis.Client, key string) int64 {
+	if !strings.Contains(key, ":chan:") {
+		n, _ := m.XLen(ctx, key).Result()
+		return n
+	}
+	first, err := m.XRangeN(ctx, key, "-", "+", 1).Result()
+	last, err2 := m.Get(ctx, key+":seq").Int64()
+	if err != nil || err2 != nil || len(first) == 0 {
+		return 0
+	}
+	from, _ := strconv.ParseInt(strings.SplitN(first[0].ID, "-", 2)[0], 10, 64)
+	return min(last-from+1, int64(store.DefaultBounds.ChannelEvents))
 }
 
 // keysMemory is MEMORY USAGE … SAMPLES 0 summed over the keys matching pattern, on

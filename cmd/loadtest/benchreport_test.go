@@ -52,6 +52,11 @@ func rows(change func(r *benchResult)) []benchResult {
 				{"relay:{acct_bench}:attempts:d0", 200 * 1024, 50}, {"relay:{acct_bench}:chan:destination:d0", 40 * 1024, 35},
 				{"relay:{acct_bench}:chan:account:acct_bench", 12 * 1024, 15}, {"relay:{acct_bench}:dest:d0", 3 * 1024, 0},
 				{"relay:{acct_bench}:lease:d0", 1024, 0}}},
+		// Two destinations, every event to both: the account's channel pays more a delivery.
+		{benchRun: benchRun{dests: 2, events: 10000, size: 1024, repeats: 1}, reps: []repResult{rep(90, 100)},
+			memBefore: 3_000_000, memAfter: 6_000_000, destMemory: []keyMemory{
+				{"relay:{acct_bench}:attempts:d0", 200 * 1024, 50}, {"relay:{acct_bench}:chan:destination:d0", 40 * 1024, 10},
+				{"relay:{acct_bench}:chan:account:acct_bench", 12 * 1024, 40}}},
 		{benchRun: benchRun{dests: 100, events: 4, size: 1024, repeats: 3}, reps: []repResult{rep(85, 100), rep(81, 100), rep(10, 100)}},
 		{benchRun: benchRun{dests: 1000, events: 2, size: 1024, repeats: 3}, reps: []repResult{ // 2,000 deliveries a run
 			// Redis 40, 30, 50 ms: less 2 × 25 µs of ingest, 19.975 / 14.975 / 24.975 µs a delivery.
@@ -105,7 +110,8 @@ func TestAimsMetWhenEveryMedianReachesItsAim(t *testing.T) {
 		"1024 MiB (idle 800 MiB)", "70% (runs 70%; 70 against 100/s)",
 		"90% (81 against 90/s; each / its bare fan-out: 81% against 90%)",
 		"100 B (runs 90 / 110 / 100; used_memory over 20,000 events each)",
-		"100 B while kept (attempt line 50 B, destination channel event 35 B, account channel pointer 15 B", "averaged over the row's 10,000 deliveries, of which the count bounds keep the newest: 100 B",
+		"100 B while kept (attempt line 50 B, destination channel event 35 B, account channel event 15 B", "averaged over the row's 10,000 deliveries, of which the count bounds keep the newest: 100 B",
+		"two destinations, every event to both: 100 B (attempt line 50 B, destination channel event 10 B, account channel event 40 B)",
 		"256.0 KB after 10,001 deliveries (attempts:d0 200.0 KB, chan:destination:d0 40.0 KB, chan:account:acct_bench 12.0 KB, dest:d0 3.0 KB, 1 more keys)",
 		"29.2 GiB (markers 21.1 GiB at 30 B each, log 5.6 GiB, destinations 2.4 GiB)",
 		"604,800,000 events × 1.25 × a dedup marker",
@@ -186,7 +192,12 @@ func TestAimsNotMetWhenAMedianFallsShort(t *testing.T) {
 		}},
 		{"a delivery keeps 101 B while kept", "Redis memory per delivery", "", func(r *benchResult) {
 			if memRow(r) {
-				r.destMemory[1].perEntry++
+				r.destMemory[1].perEvent++
+			}
+		}},
+		{"two destinations' deliveries keep 101 B while kept", "Redis memory per delivery", "", func(r *benchResult) {
+			if r.dests == 2 {
+				r.destMemory[2].perEvent++
 			}
 		}},
 		{"a destination at rest keeps 256 KB and a byte", "Redis memory per destination", "", func(r *benchResult) {

@@ -234,7 +234,7 @@ func (e *EventBridge) serve(w http.ResponseWriter, r *http.Request) {
 	e.mu.Unlock()
 	out := make([]map[string]string, len(took))
 	for i := range out {
-		out[i] = map[string]string{"EventId": randomHex(16)}
+		out[i] = map[string]string{"EventId": eventID()}
 	}
 	writeJSON(w, map[string]any{"FailedEntryCount": 0, "Entries": out})
 }
@@ -242,4 +242,11 @@ func (e *EventBridge) serve(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 	json.NewEncoder(w).Encode(v)
+}
+
+// eventID is an id in the form EventBridge gives each event it takes: a random
+// lowercase UUID ("11710aed-b79e-4468-a20b-bb3c0c3b4860").
+func eventID() string {
+	h := randomHex(16)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

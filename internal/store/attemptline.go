@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +58,25 @@ func longMessage(outcome, s string) string {
 	case s == "":
 		return outcome
 	case s[0] == 0:
+		return s[1:]
+	}
+	return s
+}
+
+// longMessageID undoes short_id: a first byte of 1 is a uuid's 16 bytes, 2 those of 32
+// hex digits, 3 decimal digits two to a byte; 4 marks an id kept as it is.
+func longMessageID(s string) string {
+	switch {
+	case s == "" || s[0] > 4:
+		return s
+	case len(s) == 17 && s[0] == 1:
+		u := hex.EncodeToString([]byte(s[1:]))
+		return u[:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:]
+	case len(s) == 17 && s[0] == 2:
+		return hex.EncodeToString([]byte(s[1:]))
+	case s[0] == 3:
+		return strings.TrimSuffix(hex.EncodeToString([]byte(s[1:])), "f")
+	case s[0] == 4:
 		return s[1:]
 	}
 	return s

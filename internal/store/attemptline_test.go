@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/mercamap/relay/internal/destination"
 )
 
 // TestAttemptLinesReadBackExactlyWhatWasWritten: the attempt log keeps its lines short
@@ -16,21 +18,28 @@ func TestAttemptLinesReadBackExactlyWhatWasWritten(t *testing.T) {
 		ctx := context.Background()
 		r := Ref{Account: "acct_lines", ID: "orders", Connector: "eventbridge"}
 		token, ids := activeWithLease(t, st, r)
-		lines := []struct{ kind, eventID, message string }{
-			{KindDelivered, "fetcher.job.completed.3f0c9a8e-1b2d-4c5e-8f90-a1b2c3d4e5f6", "delivered"},
-			{KindRejected, "fetcher.job.failed.00000000-0000-0000-0000-000000000000", "AccessDenied: the role refuses"},
-			{KindDelivered, "fetcher.job.cancelled.ffffffff-ffff-ffff-ffff-ffffffffffff", "delivered"},
-			{KindDelivered, "fetcher.job.completed.3F0C9A8E-1B2D-4C5E-8F90-A1B2C3D4E5F6", ""}, // upper case: kept as it is
-			{KindNotTaken, "fetcher.job.completed.3f0c9a8e-1b2d-4c5e-8f90-a1b2c3d4e5f", "\x00ThrottlingException"},
-			{KindRejected, "\x01not a fetcher id", "rejected"},
-			{KindDelivered, "\x04", "delivered to the bus"},
-			{KindExpired, "relay.test.abc", "\x00"},
-			{KindRejected, "", "0"},
+		lines := []struct{ kind, eventID, message, messageID string }{
+			{KindDelivered, "fetcher.job.completed.3f0c9a8e-1b2d-4c5e-8f90-a1b2c3d4e5f6", "delivered", "11710aed-b79e-4468-a20b-bb3c0c3b4860"},
+			{KindRejected, "fetcher.job.failed.00000000-0000-0000-0000-000000000000", "AccessDenied: the role refuses", ""},
+			{KindDelivered, "fetcher.job.cancelled.ffffffff-ffff-ffff-ffff-ffffffffffff", "delivered", "49651234567890123456789012345678901234567890123456789012"},
+			{KindDelivered, "fetcher.job.completed.3F0C9A8E-1B2D-4C5E-8F90-A1B2C3D4E5F6", "", "4965123456789012345678901234567890123456789012345678901"}, // upper case: kept as it is
+			{KindNotTaken, "fetcher.job.completed.3f0c9a8e-1b2d-4c5e-8f90-a1b2c3d4e5f", "\x00ThrottlingException", ""},
+			{KindRejected, "\x01not a fetcher id", "rejected", ""},
+			{KindDelivered, "\x04", "delivered to the bus", "0a1b2c3d4e5f60718293a4b5c6d7e8f9"},
+			{KindExpired, "relay.test.abc", "\x00", ""},
+			{KindRejected, "", "0", ""},
+			{KindDelivered, "ev", "", "11710AED-B79E-4468-A20B-BB3C0C3B4860"},
+			{KindDelivered, "ev", "", "1234567"},
+			{KindDelivered, "ev", "", "\x03"},
+			{KindDelivered, "ev", "", "\x01abc"},
+			{KindDelivered, "ev", "", "12345678901234567f"},
+			{KindDelivered, "ev-own", "", destination.MessageID("orders", "ev-own")}, // the relay's own: stored as "="
+			{KindDelivered, "ev", "", "="},
 		}
 		for i, l := range lines {
 			cursor := ids[i%2]
 			if _, err := st.Commit(ctx, Commit{Ref: r, Token: token, Kind: l.kind, Cursor: cursor, EventID: l.eventID,
-				Message: l.message, DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
+				MessageID: l.messageID, Message: l.message, DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
 				t.Fatalf("commit %d: %v", i, err)
 			}
 		}
@@ -55,8 +64,9 @@ func TestAttemptLinesReadBackExactlyWhatWasWritten(t *testing.T) {
 		i := 0
 		for _, ev := range page.Events {
 			var d struct {
-				EventID string  `json:"event_id"`
-				Message *string `json:"message"`
+				EventID   string  `json:"event_id"`
+				Message   *string `json:"message"`
+				MessageID string  `json:"message_id"`
 			}
 			if _, ok := outcomeClass[ev.Type]; !ok {
 				continue
@@ -65,17 +75,22 @@ func TestAttemptLinesReadBackExactlyWhatWasWritten(t *testing.T) {
 				t.Fatalf("channel event %s: %s (%v)", ev.Type, ev.Data, err)
 			}
 			want := lines[i]
-			if d.EventID != want.eventID || (want.message == "") != (d.Message == nil) || (d.Message != nil && *d.Message != want.message) {
-				t.Errorf("channel event %d is %s, want event id %q and message %q", i+1, ev.Data, want.eventID, want.message)
+			if d.EventID != want.eventID || (want.message == "") != (d.Message == nil) || (d.Message != nil && *d.Message != want.message) || d.MessageID != want.messageID {
+				t.Errorf("channel event %d is %s, want event id %q, message %q and message id %q", i+1, ev.Data, want.eventID, want.message, want.messageID)
 			}
 			i++
 		}
 		if i != len(lines) {
 			t.Errorf("%d outcome events on the channel, want %d", i, len(lines))
 		}
+		own, err := st.Client().XRange(ctx, attemptsKey(r.Account, r.ID), "15-0", "15-0").Result()
+		if err != nil || len(own) != 1 || str(own[0].Values["m"]) != "=" {
+			t.Fatalf("line 15 is stored as %+v (%v), want its message id, the relay's own, as =", own, err)
+		}
 		raw, err := st.Client().XRange(ctx, attemptsKey(r.Account, r.ID), "1-0", "1-0").Result()
-		if err != nil || len(raw) != 1 || len(str(raw[0].Values["event_id"])) != 17 || str(raw[0].Values["message"]) != "" {
-			t.Fatalf("the first line is stored as %+v (%v), want a 17-byte event id and no message", raw, err)
+		if err != nil || len(raw) != 1 || len(str(raw[0].Values["event_id"])) != 17 || str(raw[0].Values["message"]) != "" ||
+			len(str(raw[0].Values["m"])) != 17 {
+			t.Fatalf("the first line is stored as %+v (%v), want a 17-byte event id, a 17-byte message id and no message", raw, err)
 		}
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/mercamap/relay/internal/destination"
 )
 
 // Outcome kinds a commit records.
@@ -122,26 +124,20 @@ local function commit_one()
   end
   local failures = tonumber(h[5] or '0')
   local was_failures, was_failing = failures, failing
-  local etype
   if kind == 'delivered' then
     failures = 0
     if failing then del[#del + 1] = 'failing' end -- the run of failures ends
     failing = false
     last_delivery = cjson.encode({at = iso, event_id = event_id})
     put('last_delivery', last_delivery)
-    etype = 'delivery.succeeded'
   elseif kind == 'rejected' then
     -- While paused or disabled nothing counts (a write in flight when it happened).
     if status == 'active' or is_test then failures = failures + 1 end
     last_failure = cjson.encode({at = iso, event_id = event_id, class = 'rejected', message = message})
     put('last_failure', last_failure)
-    etype = 'delivery.rejected'
   elseif kind == 'not_taken' then
     last_failure = cjson.encode({at = iso, event_id = event_id, class = 'not_taken', message = message})
     put('last_failure', last_failure)
-    etype = 'delivery.not_taken'
-  else
-    etype = 'message.expired'
   end
   local chart_minute = h[12]
 ` + MinuteCountLua /* the chart's per-minute count (minutes.go) */ + `
@@ -165,9 +161,16 @@ local function commit_one()
     end
   end
   -- The attempt log: kept longer than channel events, for the card's attempts page.
+  -- The line also holds what the outcome's channel event says (emit_outcome): the bus's
+  -- message id (m, always there, so lines share their field names), a test (t), and the
+  -- count of failures in a row (f) and the failing warning (g) when they changed.
   local n = tonumber(h[11] or '0') + 1
   put('attempts', n)
-  add_attempt(KEYS[6], n, now_ms, event_id, kind, message)
+  local more = {'m', short_id(message_id)}
+  if is_test then more[#more + 1] = 't'; more[#more + 1] = '1' end
+  if failures ~= was_failures then more[#more + 1] = 'f'; more[#more + 1] = failures end
+  if failing ~= was_failing then more[#more + 1] = 'g'; more[#more + 1] = failing or '' end
+  add_attempt(KEYS[6], n, now_ms, event_id, kind, message, unpack(more))
   local first = nil
   if n % 32 == 0 then first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1] end
   if first and tonumber(first[2][2]) < attempts_cutoff then
@@ -179,16 +182,7 @@ local function commit_one()
     end
     redis.call('XTRIM', KEYS[6], 'MINID', keep)
   end
-  -- The event keeps what this outcome changed, in its short form (emit_outcome).
-  -- The event id and the sentence as the attempt line keeps them (short_event_id,
-  -- short_message: a delivery's 'delivered' is an empty x).
-  local short = {'e', short_event_id(event_id)}
-  if message_id ~= '' then short[#short + 1] = 'm'; short[#short + 1] = message_id end
-  if message ~= '' then short[#short + 1] = 'x'; short[#short + 1] = short_message(kind, message) end
-  if is_test then short[#short + 1] = 't'; short[#short + 1] = '1' end
-  if failures ~= was_failures then short[#short + 1] = 'f'; short[#short + 1] = failures end
-  if failing ~= was_failing then short[#short + 1] = 'g'; short[#short + 1] = failing or '' end
-  local seq = emit_outcome(etype, now_ms, cutoff, dest_id, unpack(short))
+  local seq = emit_outcome(now_ms, cutoff, dest_id, n)
   local disabled = 0
   if kind == 'rejected' and failures >= disable_after and status == 'active' then
     local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message
@@ -209,6 +203,7 @@ end
 
 var commitScript = redis.NewScript(luaPrelude + commitOne + `
 local r = commit_one()
+flush_account()
 if r == 'STALE' then return redis.error_reply('STALE lease token superseded') end
 if r == 'UNKNOWN' then return redis.error_reply('UNKNOWN destination has no stored state') end
 return r
@@ -235,6 +230,7 @@ for i = 0, (#ARGV_IN - 1) / 18 - 1 do
   if type(r) == 'string' then r = {r} end
   out[#out + 1] = r
 end
+flush_account()
 return out
 `)
 
@@ -306,8 +302,17 @@ func (s *Store) commitCall(c Commit, now time.Time) ([]string, []any) {
 	if c.Kind == KindRejected {
 		noticeID = newNoticeID()
 	}
+	// The relay's own message id for the event is derived again when it is read (lua.go,
+	// short_id): '=' stands for it; one that only looks like '=' is kept marked.
+	messageID := c.MessageID
+	switch messageID {
+	case destination.MessageID(c.ID, c.EventID):
+		messageID = "="
+	case "=":
+		messageID = "\x04="
+	}
 	return keys, []any{
-		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, c.MessageID, boundText(c.Message),
+		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, messageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
 		c.Account, c.Connector, noticeID, c.Epoch, joinInts(c.WarnAfter),

@@ -40,6 +40,26 @@ local function short_event_id(id)
   if b and b <= 4 then return '\4' .. id end -- kept as it is, marked so it reads back so
   return id
 end
+-- short_id is a message id in its short form (longMessageID reads it back): '=' is the
+-- relay's own id for the destination and the event (destination.MessageID: the caller
+-- sends '=' for it, and the reader derives it again); a uuid as the byte 1 and its 16
+-- bytes, 32 hex digits as 2 and their 16 bytes, decimal digits (Kinesis's sequence
+-- numbers, Pub/Sub's ids) as 3 and two to a byte (an odd count ends in the nibble f);
+-- an id whose first byte is 4 or below marked by a 4; any other as it is.
+local uuid_only = '^(' .. string.rep(hx, 8) .. '%-' .. string.rep(hx, 4) .. '%-' .. string.rep(hx, 4) .. '%-' ..
+  string.rep(hx, 4) .. '%-' .. string.rep(hx, 12) .. ')$'
+local function short_id(id)
+  if id == '=' or id == '\4=' then return id end -- the caller marked a plain '=' itself
+  if string.match(id, uuid_only) then return '\1' .. string.gsub(string.gsub(id, '%-', ''), '..', byte_of) end
+  if #id == 32 and string.match(id, '^' .. hx .. '+$') then return '\2' .. string.gsub(id, '..', byte_of) end
+  if #id >= 8 and string.match(id, '^%d+$') then
+    if #id % 2 == 1 then id = id .. 'f' end
+    return '\3' .. string.gsub(id, '..', byte_of)
+  end
+  local b = string.byte(id, 1)
+  if b and b <= 4 then return '\4' .. id end
+  return id
+end
 local function short_message(outcome, message)
   if message == outcome then return '' end
   if message == '' or string.byte(message, 1) == 0 then return '\0' .. message end
@@ -85,25 +105,48 @@ local function card_state(destkey)
   return state_of(h[1], h[2], h[3], h[4], h[5], h[6], h[7])
 end
 
--- emit appends one event to a channel with the next gap-free sequence, keeping about
--- chan_max events; after its type and time come its fields (data, or a pointer's). Every
--- 32nd event it also trims the channel of events older than cutoff (ms): bounded work,
--- off the common path. Either trim drops the oldest only, so what stays is gap-free and
--- a reader's cursor before it is expired (ReadChannel).
-local function emit(stream, seqkey, etype, now_ms, cutoff, ...)
-  local seq = redis.call('INCR', seqkey)
-  xadd_kept(stream, chan_max, seq .. '-0', 'type', etype, 'at', now_ms, ...)
-  if seq % 32 ~= 0 then return seq end
+-- run_span is how long after its first event a run may take more (emit_outcome): a
+-- sixteenth of the channel's retention (now_ms - cutoff), so that a run older than
+-- that beyond the cutoff holds no event retention keeps.
+local function run_span(now_ms, cutoff) return math.floor((now_ms - cutoff) / 16) end
+
+-- trim_channel keeps a channel to about its newest chan_max events and drops the
+-- events older than cutoff (ms), every 32nd event (seq): bounded work, off the common
+-- path. An entry is kept while an event it holds is (a run, emit_outcome, holds every
+-- event up to the next entry, for at most run_span), and either trim drops whole
+-- entries from the oldest, so what stays is gap-free and a reader's cursor before it
+-- is expired (ReadChannel).
+local function trim_channel(stream, seq, now_ms, cutoff)
+  if seq % 32 ~= 0 then return end
+  if chan_max > 0 and seq > chan_max then
+    local holder = redis.call('XREVRANGE', stream, (seq - chan_max + 1) .. '-0', '-', 'COUNT', 1)[1]
+    if holder then redis.call('XTRIM', stream, 'MINID', '~', holder[1]) end
+  end
+  local span = run_span(now_ms, cutoff)
+  local function old(e)
+    local at = tonumber(e[2][4])
+    if e[2][2] == 'r' then return at < cutoff - span end
+    return at < cutoff
+  end
   local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
-  if first and tonumber(first[2][4]) < cutoff then
-    local old = redis.call('XRANGE', stream, '-', '+', 'COUNT', 256)
-    local keep = nil
-    for _, e in ipairs(old) do
-      if tonumber(e[2][4]) >= cutoff then keep = e[1]; break end
+  if first and old(first) then
+    local scanned = redis.call('XRANGE', stream, '-', '+', 'COUNT', 256)
+    -- Trim only what was scanned: entries past the 256th may still be within retention.
+    local keep = (tonumber(string.match(scanned[#scanned][1], '^(%d+)')) + 1) .. '-0'
+    for _, e in ipairs(scanned) do
+      if not old(e) then keep = e[1]; break end
     end
-    if not keep then keep = (tonumber(string.match(old[#old][1], '^(%d+)')) + 1) .. '-0' end
     redis.call('XTRIM', stream, 'MINID', keep)
   end
+end
+
+-- emit appends one event to a channel with the next gap-free sequence, within the
+-- channel's bounds (trim_channel); after its type and time come its fields (data, or a
+-- pointer's).
+local function emit(stream, seqkey, etype, now_ms, cutoff, ...)
+  local seq = redis.call('INCR', seqkey)
+  redis.call('XADD', stream, seq .. '-0', 'type', etype, 'at', now_ms, ...)
+  trim_channel(stream, seq, now_ms, cutoff)
   return seq
 end
 
@@ -113,7 +156,10 @@ end
 -- is the destination hash, KEYS[2..5] the two channels and their counters. The event
 -- carries state: a table, or JSON (state_json), or when nil the card's
 -- state as stored.
+local flush_account -- below: writes the account pointers a commit batch gathered
+
 local function emit_both(etype, now_ms, cutoff, fields, state)
+  flush_account()
   local data
   if type(state) == 'string' then
     data = cjson.encode(fields)
@@ -131,16 +177,66 @@ local function emit_both(etype, now_ms, cutoff, fields, state)
   return seq
 end
 
--- emit_outcome appends a delivery's outcome to the destination's channel in a short
--- form: after its type and time, the fields its data is built from (outcomeData in
--- channel.go: e the event id and x the sentence in the attempt line's short forms
--- (short_event_id, short_message), m the bus's message id, t a test, f the
--- count of failures in a row and g the failing warning, those two only when they
--- changed); and a pointer to it to the account's channel, as emit_both does.
-local function emit_outcome(etype, now_ms, cutoff, dest_id, ...)
-  local seq = emit(KEYS[2], KEYS[3], etype, now_ms, cutoff, ...)
-  emit(KEYS[4], KEYS[5], etype, now_ms, cutoff, 'd', dest_id, 's', seq)
+-- run_continues reports whether stream's last entry is a run (type 'r', its sequence
+-- s0, its time and, as its last field, the number v0 its events count from) that the
+-- event seq numbered v continues: no other entry came after it, both numbers moved
+-- together and the run began since. match, when given, must be its third field's value
+-- (an account run's destination).
+local function run_continues(stream, seq, v, since, match)
+  local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+  if not last or last[2][2] ~= 'r' then return false end
+  local f = last[2]
+  if tonumber(f[4]) < since or (match and f[6] ~= match) then return false end
+  local s0 = tonumber(string.match(last[1], '^(%d+)'))
+  return seq - s0 == v - tonumber(f[#f])
+end
+
+-- emit_outcome records a delivery's outcome on both channels without a copy of it: the
+-- attempt line n (add_attempt, written before) holds what the event says, and
+-- ReadChannel builds the event from it (outcomeData). The destination's channel holds
+-- runs: an entry {type 'r', at, a = n} stands for its own sequence and every one after
+-- it up to the next entry, the k-th of them attempt line n + k. A run grows without a
+-- write while outcomes follow one another (the common case) for up to run_span; any
+-- other event, or an attempt line of no event between, starts a new one. The account's
+-- pointers wait in pending until the script ends or another account event comes
+-- (flush_account).
+local pending = {}
+local function emit_outcome(now_ms, cutoff, dest_id, n)
+  local since = now_ms - run_span(now_ms, cutoff)
+  local seq = redis.call('INCR', KEYS[3])
+  if not run_continues(KEYS[2], seq, n, since) then
+    redis.call('XADD', KEYS[2], seq .. '-0', 'type', 'r', 'at', now_ms, 'a', n)
+  end
+  trim_channel(KEYS[2], seq, now_ms, cutoff)
+  pending[#pending + 1] = {key = KEYS[4], aseq = redis.call('INCR', KEYS[5]), d = dest_id, s = seq,
+    at = now_ms, cutoff = cutoff, since = since}
   return seq
+end
+
+-- flush_account writes the account pointers pending holds, all one account's, as one
+-- entry at the first one's sequence: a run of one destination's events ({type 'r', at,
+-- d, s}: it stands for s and the destination's sequences after it, up to the account's
+-- next entry), grown without a write when the account's last entry is that
+-- destination's run and this continues it; or, for several destinations' events, a
+-- pack ({type 'p', at, p}: p the pointers "<destination>\0<sequence>" joined by \0,
+-- one account sequence each).
+flush_account = function()
+  if #pending == 0 then return end
+  local first, one = pending[1], true
+  for i = 2, #pending do
+    if pending[i].d ~= first.d or pending[i].s ~= first.s + i - 1 then one = false; break end
+  end
+  if one then
+    if not run_continues(first.key, first.aseq, first.s, first.since, first.d) then
+      redis.call('XADD', first.key, first.aseq .. '-0', 'type', 'r', 'at', first.at, 'd', first.d, 's', first.s)
+    end
+  else
+    local parts = {}
+    for _, p in ipairs(pending) do parts[#parts + 1] = p.d .. '\0' .. p.s end
+    redis.call('XADD', first.key, first.aseq .. '-0', 'type', 'p', 'at', first.at, 'p', table.concat(parts, '\0'))
+  end
+  for _, p in ipairs(pending) do trim_channel(p.key, p.aseq, p.at, p.cutoff) end
+  pending = {}
 end
 
 -- announce_disabled appends destination.disabled to the account's outbox, for
