@@ -2,8 +2,9 @@ package dispatch
 
 import (
 	"context"
-	"strings"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mercamap/relay/internal/store"
@@ -24,23 +25,48 @@ const followCount = 256
 // worker they name. Every Poll (at most a second), and at once when a lease round took
 // an account's first lease, it looks at the leases held then: an account whose first
 // lease was just taken is followed from then on, one with none left is no longer read.
-// This is the replica's only loop: nothing runs per destination.
+// A group's follower keeps running while its accounts change: it is handed the new list
+// and woken (store.Wake), and starts only the accounts new to it, so an account that
+// joins costs the others nothing (their workers keep what they know). This is the
+// replica's only loop: nothing runs per destination.
 func (d *Dispatcher) watchLogs(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	running := map[string]context.CancelFunc{} // group (its accounts, joined) → its follower
+	var running []*groupFollower
 	defer func() {
-		for _, stop := range running {
-			stop()
+		for _, f := range running {
+			f.stop()
 		}
 	}()
 	for ctx.Err() == nil {
 		groups := d.opts.Store.LogGroups(d.leasedAccounts())
-		wanted := map[string]bool{}
+		// A group is the follower already reading one of its accounts (an account
+		// never changes slot), else a new one.
+		of := map[string]*groupFollower{}
+		for _, f := range running {
+			for _, acct := range f.accounts() {
+				of[acct] = f
+			}
+		}
+		var next []*groupFollower
+		kept := map[*groupFollower]bool{}
 		for i, g := range groups {
-			key := strings.Join(g, ",")
-			wanted[key] = true
-			if _, ok := running[key]; ok {
+			var f *groupFollower
+			for _, acct := range g {
+				if f = of[acct]; f != nil {
+					break
+				}
+			}
+			if f != nil && !kept[f] {
+				kept[f] = true
+				if was := f.accounts(); !slices.Equal(was, g) {
+					f.set(g)
+					// Wake its blocking read through an account it reads now.
+					if err := d.opts.Store.Wake(ctx, was[0]); err != nil && ctx.Err() == nil {
+						d.opts.Logger.Warn("cannot wake the log follower; it sees the change within a second", "error", err)
+					}
+				}
+				next = append(next, f)
 				continue
 			}
 			block := time.Second
@@ -48,15 +74,17 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 				block = -1 // no BLOCK: read, then wait Poll
 			}
 			fctx, stop := context.WithCancel(ctx)
-			running[key] = stop
-			wg.Go(func() { d.follow(fctx, g, block) })
+			f = &groupFollower{stop: stop}
+			f.set(g)
+			next = append(next, f)
+			wg.Go(func() { d.follow(fctx, f, block) })
 		}
-		for key, stop := range running {
-			if !wanted[key] {
-				stop()
-				delete(running, key)
+		for _, f := range running {
+			if !kept[f] {
+				f.stop()
 			}
 		}
+		running = next
 		t := time.NewTimer(min(d.opts.Poll, time.Second))
 		select {
 		case <-ctx.Done():
@@ -65,6 +93,29 @@ func (d *Dispatcher) watchLogs(ctx context.Context) {
 		}
 		t.Stop()
 	}
+}
+
+// groupFollower is one group's follower (follow): the accounts it reads, which the
+// watcher changes while it runs.
+type groupFollower struct {
+	accts atomic.Pointer[groupAccounts]
+	stop  context.CancelFunc
+}
+
+// groupAccounts is a group's accounts, as listed and as a set.
+type groupAccounts struct {
+	list []string
+	has  map[string]bool
+}
+
+func (f *groupFollower) accounts() []string { return f.accts.Load().list }
+
+func (f *groupFollower) set(accts []string) {
+	g := &groupAccounts{list: accts, has: make(map[string]bool, len(accts))}
+	for _, a := range accts {
+		g.has[a] = true
+	}
+	f.accts.Store(g)
 }
 
 // leasedAccounts returns the accounts this replica holds leases in, each once.
@@ -78,20 +129,34 @@ func (d *Dispatcher) leasedAccounts() []string {
 	return out
 }
 
-// follow reads the logs and control streams of accts (one group of store.LogGroups)
-// until ctx ends, each read blocking up to block (below zero: not blocking, and Poll
-// between reads). Where it starts, or starts again after an error, it may have missed
-// entries of both: the feeds start over at the logs' ends and every worker of the
-// group reads its state again.
-func (d *Dispatcher) follow(ctx context.Context, accts []string, block time.Duration) {
+// follow reads the logs and control streams of gf's accounts (one group of
+// store.LogGroups) until ctx ends, each read blocking up to block (below zero: not
+// blocking, and Poll between reads). Before each read it takes up the accounts gf
+// lists now: one no longer listed is dropped, one new to it starts (startFollowing).
+// Where it starts, or starts again after an error, it may have missed entries of both:
+// the feeds start over at the logs' ends and every worker of the group reads its state
+// again.
+func (d *Dispatcher) follow(ctx context.Context, gf *groupFollower, block time.Duration) {
 	at := map[string]store.FollowPoint{}
 	me := &follower{}
 	defer func() {
-		for _, acct := range accts {
+		for acct := range at {
 			d.feedOf(acct).stop(me)
 		}
 	}()
+	var seen *groupAccounts
 	for ctx.Err() == nil {
+		g := gf.accts.Load()
+		accts := g.list
+		if g != seen { // the watcher changed the list
+			seen = g
+			for acct := range at {
+				if !g.has[acct] {
+					d.feedOf(acct).stop(me)
+					delete(at, acct)
+				}
+			}
+		}
 		if len(at) < len(accts) && !d.startFollowing(ctx, me, accts, at) {
 			sleep(ctx, d.opts.Poll)
 			continue
@@ -101,7 +166,7 @@ func (d *Dispatcher) follow(ctx context.Context, accts []string, block time.Dura
 			if ctx.Err() == nil {
 				d.opts.Logger.Warn("cannot follow the account logs; starting over", "accounts", len(accts), "error", err)
 			}
-			for _, acct := range accts {
+			for acct := range at {
 				d.feedOf(acct).stop(me)
 			}
 			clear(at)

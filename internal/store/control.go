@@ -100,6 +100,14 @@ type Followed struct {
 // it has seen.
 type FollowPoint struct{ Log, Ctl string }
 
+// Wake appends an entry that names no destination to acct's control stream: a
+// follower blocked reading it returns at once, and every follower skips it. Dispatch's
+// log watcher wakes its follower so when the accounts it reads change.
+func (s *Store) Wake(ctx context.Context, acct string) error {
+	return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: ctlKey(acct), MaxLen: 1000, Approx: true,
+		Values: []any{"d", "", "k", "wake", "v", 0, "a", ""}}).Err()
+}
+
 // FollowStart is where a follower of acct starts: the end of its log and of its control
 // stream.
 func (s *Store) FollowStart(ctx context.Context, acct string) (FollowPoint, error) {
