@@ -124,19 +124,25 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 		return
 	}
 	// Only free leases count against our share: leases other replicas hold must not
-	// use it up, or two replicas each holding some could both stop short forever.
+	// use it up, or two replicas each holding some could both stop short forever. When
+	// every candidate fits, there is nothing to choose: AcquireLeases takes the free
+	// ones and leaves the rest (one round trip fewer, under the lock every create's
+	// take waits on).
 	refs := make([]store.Ref, 0, len(candidates))
 	for _, dest := range candidates {
 		refs = append(refs, ref(dest))
 	}
-	free, err := d.opts.Store.LeasesFree(ctx, refs, d.opts.Owner)
-	if err != nil {
-		return
-	}
-	var want []destination.Destination
-	for i, dest := range candidates {
-		if free[i] && len(want) < room {
-			want = append(want, dest)
+	want := candidates
+	if len(candidates) > room {
+		free, err := d.opts.Store.LeasesFree(ctx, refs, d.opts.Owner)
+		if err != nil {
+			return
+		}
+		want = nil
+		for i, dest := range candidates {
+			if free[i] && len(want) < room {
+				want = append(want, dest)
+			}
 		}
 	}
 	refs = refs[:0]
