@@ -102,7 +102,7 @@ local function commit_one()
   local epoch, warn_after = ARGV[17], ARGV[18]
   -- One read of the hash, and its changes gathered in set / del, written by apply().
   local h = redis.call('HMGET', KEYS[1], 'lease_token', 'status', 'epoch', 'cursor', 'consecutive_failures',
-    'last_failure', 'last_delivery', 'disabled', 'failing', 'pending', 'attempts', 'chart_minute')
+    'last_failure', 'last_delivery', 'disabled', 'failing', 'pending', 'attempts', 'chart_minute', 'run', 'arun')
   if token ~= '0' and h[1] ~= token then return 'STALE' end
   local status = h[2]
   if not status then return 'UNKNOWN' end
@@ -182,7 +182,8 @@ local function commit_one()
     end
     redis.call('XTRIM', KEYS[6], 'MINID', keep)
   end
-  local seq = emit_outcome(now_ms, cutoff, dest_id, n)
+  local seq, run = emit_outcome(now_ms, cutoff, dest_id, n, h[13], h[14])
+  put('run', run)
   local disabled = 0
   if kind == 'rejected' and failures >= disable_after and status == 'active' then
     local reason = 'disabled after ' .. failures .. ' rejected attempts in a row; last: ' .. message

@@ -177,18 +177,14 @@ local function emit_both(etype, now_ms, cutoff, fields, state)
   return seq
 end
 
--- run_continues reports whether stream's last entry is a run (type 'r', its sequence
--- s0, its time and, as its last field, the number v0 its events count from) that the
--- event seq numbered v continues: no other entry came after it, both numbers moved
--- together and the run began since. match, when given, must be its third field's value
--- (an account run's destination).
-local function run_continues(stream, seq, v, since, match)
-  local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
-  if not last or last[2][2] ~= 'r' then return false end
-  local f = last[2]
-  if tonumber(f[4]) < since or (match and f[6] ~= match) then return false end
-  local s0 = tonumber(string.match(last[1], '^(%d+)'))
-  return seq - s0 == v - tonumber(f[#f])
+-- A run's cache is a field of the destination hash, "<next>:<from>:<start>": the run
+-- the channel's last entry is goes on with the event numbered next whose other number
+-- (attempt line, or destination sequence) is from, and it began at start (ms). It
+-- saves reading the channel's last entry on every outcome. It can only be out of date
+-- towards "no": every other event of the channel moves its counter past next.
+local function run_goes_on(cache, seq, v, since)
+  local nx, from, start = string.match(cache or '', '^(%d+):(%d+):(%d+)$')
+  return nx ~= nil and tonumber(nx) == seq and tonumber(from) == v and tonumber(start) >= since, start
 end
 
 -- emit_outcome records a delivery's outcome on both channels without a copy of it: the
@@ -197,39 +193,47 @@ end
 -- runs: an entry {type 'r', at, a = n} stands for its own sequence and every one after
 -- it up to the next entry, the k-th of them attempt line n + k. A run grows without a
 -- write while outcomes follow one another (the common case) for up to run_span; any
--- other event, or an attempt line of no event between, starts a new one. The account's
--- pointers wait in pending until the script ends or another account event comes
+-- other event, or an attempt line of no event between, starts a new one. run and arun
+-- are the destination's caches of its runs on the two channels (the hash's run and
+-- arun fields); it returns the sequence and the new run cache. The account's pointers
+-- wait in pending until the script ends or another account event comes
 -- (flush_account).
 local pending = {}
-local function emit_outcome(now_ms, cutoff, dest_id, n)
+local function emit_outcome(now_ms, cutoff, dest_id, n, run, arun)
   local since = now_ms - run_span(now_ms, cutoff)
   local seq = redis.call('INCR', KEYS[3])
-  if not run_continues(KEYS[2], seq, n, since) then
+  local on, start = run_goes_on(run, seq, n, since)
+  if not on then
     redis.call('XADD', KEYS[2], seq .. '-0', 'type', 'r', 'at', now_ms, 'a', n)
+    start = now_ms
   end
   trim_channel(KEYS[2], seq, now_ms, cutoff)
-  pending[#pending + 1] = {key = KEYS[4], aseq = redis.call('INCR', KEYS[5]), d = dest_id, s = seq,
-    at = now_ms, cutoff = cutoff, since = since}
-  return seq
+  pending[#pending + 1] = {key = KEYS[4], hash = KEYS[1], aseq = redis.call('INCR', KEYS[5]), d = dest_id, s = seq,
+    at = now_ms, cutoff = cutoff, since = since, arun = arun}
+  return seq, (seq + 1) .. ':' .. (n + 1) .. ':' .. start
 end
 
 -- flush_account writes the account pointers pending holds, all one account's, as one
 -- entry at the first one's sequence: a run of one destination's events ({type 'r', at,
 -- d, s}: it stands for s and the destination's sequences after it, up to the account's
 -- next entry), grown without a write when the account's last entry is that
--- destination's run and this continues it; or, for several destinations' events, a
--- pack ({type 'p', at, p}: p the pointers "<destination>\0<sequence>" joined by \0,
--- one account sequence each).
+-- destination's run and this continues it (the destination's arun cache says so); or,
+-- for several destinations' events, a pack ({type 'p', at, p}: p the pointers
+-- "<destination>\0<sequence>" joined by \0, one account sequence each). A pack leaves
+-- every cache out of date, which is safe: the account's counter has moved past them.
 flush_account = function()
   if #pending == 0 then return end
-  local first, one = pending[1], true
+  local first, last, one = pending[1], pending[#pending], true
   for i = 2, #pending do
     if pending[i].d ~= first.d or pending[i].s ~= first.s + i - 1 then one = false; break end
   end
   if one then
-    if not run_continues(first.key, first.aseq, first.s, first.since, first.d) then
+    local on, start = run_goes_on(first.arun, first.aseq, first.s, first.since)
+    if not on then
       redis.call('XADD', first.key, first.aseq .. '-0', 'type', 'r', 'at', first.at, 'd', first.d, 's', first.s)
+      start = first.at
     end
+    redis.call('HSET', first.hash, 'arun', (last.aseq + 1) .. ':' .. (last.s + 1) .. ':' .. start)
   else
     local parts = {}
     for _, p in ipairs(pending) do parts[#parts + 1] = p.d .. '\0' .. p.s end
