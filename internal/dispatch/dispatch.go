@@ -190,18 +190,15 @@ func (d *Dispatcher) ensure(ctx context.Context, dests []destination.Destination
 			if ext == "" {
 				ext = destination.NewExternalID()
 			}
-			es[i] = store.Ensured{Ref: ref(dest), ExternalID: ext, Fingerprint: dest.Fingerprint()}
+			es[i] = store.Ensured{Ref: ref(dest), ExternalID: ext, Fingerprint: dest.Fingerprint(), Announce: reload}
 		}
 		results, err := d.opts.Store.EnsureMany(ctx, es, retention)
 		if err != nil {
 			return err
 		}
 		for i, res := range results {
-			switch {
-			case res == "redefined":
+			if res == "redefined" {
 				d.opts.Logger.Info("destination redefined by config", "destination", chunk[i].ID)
-			case res == "new" && reload:
-				d.resync(ctx, chunk[i], "the destination was added")
 			}
 		}
 	}

@@ -167,6 +167,9 @@ if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
   if last then cursor = last[1] end
   redis.call('HSET', KEYS[1], 'status', 'pending', 'cursor', cursor, 'consecutive_failures', 0,
              'external_id', ARGV[1], 'fingerprint', ARGV[2], 'created_at', now_ms)
+  if ARGV[6] == '1' then
+    emit_both('resync.required', now_ms, cutoff, {destination = ARGV[5], reason = 'the destination was added'})
+  end
   return 'new'
 end
 if redis.call('HGET', KEYS[1], 'fingerprint') ~= ARGV[2] then
@@ -190,10 +193,13 @@ func (s *Store) Ensure(ctx context.Context, r Ref, externalID, fingerprint strin
 	return res[0], nil
 }
 
-// Ensured names one destination for EnsureMany: what Ensure takes.
+// Ensured names one destination for EnsureMany: what Ensure takes. Announce: when it
+// is new, resync.required goes to its channels in the same call, so the account's
+// watchers load a snapshot that shows its card (a destination added while running).
 type Ensured struct {
 	Ref
 	ExternalID, Fingerprint string
+	Announce                bool
 }
 
 // EnsureMany is Ensure for many destinations, one pipelined round trip per master (a
@@ -203,8 +209,12 @@ func (s *Store) EnsureMany(ctx context.Context, es []Ensured, channelRetention t
 	now := time.Now()
 	calls := make([]call, len(es))
 	for i, e := range es {
+		announce := "0"
+		if e.Announce {
+			announce = "1"
+		}
 		calls[i] = call{keys: append(e.chanKeys(), logKey(e.Account)), args: []any{e.ExternalID, e.Fingerprint,
-			now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), e.ID, s.boundsArg()}}
+			now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), e.ID, announce, s.boundsArg()}}
 	}
 	cmds, err := s.evalAll(ctx, ensureScript, calls, false)
 	if err != nil {
