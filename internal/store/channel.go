@@ -63,6 +63,7 @@ func (s *Store) ReadChannel(ctx context.Context, acct, channel string, after int
 		if held, err = s.channelEntries(ctx, key, chanSeqKey(acct, channel), start, limit); err != nil {
 			return ChannelPage{}, err
 		}
+		out.Last = held.last
 	}
 	end := min(held.last, start+limit-1)
 	out.More = end < held.last
@@ -287,7 +288,7 @@ func (r *resolver) resolve(ctx context.Context, s *Store, acct string, evs []Cha
 	}
 	for _, l := range r.lines {
 		m, ok := got[l.dest][l.n]
-		if !ok {
+		if !ok || outcomeType[attemptOf(m).Outcome] == "" { // gone, or a line of no event
 			resync(&evs[l.i], l.dest)
 			continue
 		}

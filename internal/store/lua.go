@@ -196,8 +196,8 @@ end
 -- other event, or an attempt line of no event between, starts a new one. run and arun
 -- are the destination's caches of its runs on the two channels (the hash's run and
 -- arun fields); it returns the sequence and the new run cache. The account's pointers
--- wait in pending until the script ends or another account event comes
--- (flush_account).
+-- wait in pending, sequences not yet taken, until the script ends or another account
+-- event comes (flush_account).
 local pending = {}
 local function emit_outcome(now_ms, cutoff, dest_id, n, run, arun)
   local since = now_ms - run_span(now_ms, cutoff)
@@ -208,7 +208,7 @@ local function emit_outcome(now_ms, cutoff, dest_id, n, run, arun)
     start = now_ms
   end
   trim_channel(KEYS[2], seq, now_ms, cutoff)
-  pending[#pending + 1] = {key = KEYS[4], hash = KEYS[1], aseq = redis.call('INCR', KEYS[5]), d = dest_id, s = seq,
+  pending[#pending + 1] = {key = KEYS[4], seqkey = KEYS[5], hash = KEYS[1], d = dest_id, s = seq,
     at = now_ms, cutoff = cutoff, since = since, arun = arun}
   return seq, (seq + 1) .. ':' .. (n + 1) .. ':' .. start
 end
@@ -223,6 +223,10 @@ end
 -- every cache out of date, which is safe: the account's counter has moved past them.
 flush_account = function()
   if #pending == 0 then return end
+  -- The account's sequences are taken here, with the entry that holds them: a script
+  -- that failed before this leaves neither, never sequences that no entry holds.
+  local top = redis.call('INCRBY', pending[1].seqkey, #pending)
+  for i, p in ipairs(pending) do p.aseq = top - #pending + i end
   local first, last, one = pending[1], pending[#pending], true
   for i = 2, #pending do
     if pending[i].d ~= first.d or pending[i].s ~= first.s + i - 1 then one = false; break end

@@ -202,3 +202,60 @@ func TestChannelRunsServeEveryEventAsItHappened(t *testing.T) {
 		}
 	})
 }
+
+// A destination deleted and made again with the same id numbers its events on from
+// where the old one stopped: the account channel's pointers to the old one's events
+// point at nothing and ask for a new snapshot, and never serve the new one's events in
+// their place; the new one's events come once, after.
+func TestADestinationMadeAgainNeverLendsItsEventsToTheOldOnesPointers(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		r := Ref{Account: "acct_again_" + strconv.FormatInt(time.Now().UnixNano(), 36), ID: "orders", Connector: "eventbridge"}
+		commit := func(token int64, id string, kind string) {
+			t.Helper()
+			if _, err := st.Commit(ctx, Commit{Ref: r, Token: token, Kind: kind, EventID: id, Message: "m",
+				DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		token, _ := activeWithLease(t, st, r)
+		for _, id := range []string{"old-0", "old-1", "old-2"} {
+			commit(token, id, KindDelivered)
+		}
+		cut, err := st.ChannelSequence(ctx, r.Account, AccountChannel(r.Account))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Forget(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		token, _ = activeWithLease(t, st, r)
+		for _, id := range []string{"new-0", "new-1", "new-2"} {
+			commit(token, id, KindRejected)
+		}
+		p, err := st.ReadChannel(ctx, r.Account, AccountChannel(r.Account), 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, ev := range p.Events {
+			var d struct {
+				EventID string `json:"event_id"`
+			}
+			_ = json.Unmarshal(ev.Data, &d)
+			if ev.Sequence <= cut && ev.Type != "resync.required" && d.EventID != "" && d.EventID[:4] == "new-" {
+				t.Errorf("account event %d, a pointer to the deleted destination's, serves the new one's %s %s", ev.Sequence, ev.Type, ev.Data)
+			}
+			seen[d.EventID]++
+		}
+		for _, id := range []string{"new-0", "new-1", "new-2"} {
+			if seen[id] != 1 {
+				t.Errorf("the new destination's %s is on the account channel %d times, want once", id, seen[id])
+			}
+		}
+		dest, err := st.ReadChannel(ctx, r.Account, DestinationChannel(r.ID), 0, 1000)
+		if err != nil || len(dest.Events) == 0 || dest.Events[0].Sequence <= 3 {
+			t.Fatalf("the new destination's channel: %+v, %v; want it to number on past the old one's", dest.Events, err)
+		}
+	})
+}

@@ -411,9 +411,12 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 
 // Forget deletes everything Redis holds of one destination of r.Account: its state
 // (the ExternalId with it), lease, channel, attempt log, retries and chart: a deleted
-// destination's. The account's log and channel stay.
+// destination's. The account's log and channel stay, and so does the destination
+// channel's counter (a few bytes): a destination made again with the same id numbers
+// its events on from there, so the account channel's pointers to the deleted one's
+// events point at nothing and are served as resync.required, never as the new one's.
 func (s *Store) Forget(ctx context.Context, r Ref) error {
 	ch := DestinationChannel(r.ID)
 	return s.rdb.Del(ctx, destKey(r.Account, r.ID), leaseKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
-		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch), chanSeqKey(r.Account, ch)).Err()
+		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)).Err()
 }
