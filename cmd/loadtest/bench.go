@@ -314,7 +314,7 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	loadAfter := loadAvg()
 
-	aims := aimsTable(append(judgeAims(results), apiAims(apiRes)...)) + issue17Line(results)
+	aims := aimsTable(append(judgeAims(results), apiAims(apiRes, results)...)) + issue17Line(results)
 	if aimsOut == "" {
 		fmt.Print(aims)
 	} else if err := os.WriteFile(aimsOut, []byte(aims), 0o644); err != nil {

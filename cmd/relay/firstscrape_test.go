@@ -185,10 +185,14 @@ func TestEveryAlertRuleFiresAsIntendedFromARelaysRealFirstScrape(t *testing.T) {
 	testpeer.Need(t, "promtool")
 	r := startObservedRelay(t, "")
 	var page string
-	waitUntil(t, 60*time.Second, "the relay serving its destination (leased, active)", func() bool {
+	// Serving: its destination leased and active, and ingest connected to the broker (the
+	// queue's gauges are absent until then, by design: relay_broker_connected says why).
+	// The lease can come first: ingest connects beside it, later on a loaded machine.
+	waitUntil(t, 60*time.Second, "the relay serving its destination (leased, active) and consuming", func() bool {
 		page = metrics(r.metricsListen)
 		return strings.Contains(page, "relay_leases_held 1") &&
-			strings.Contains(page, `relay_destination_status{account="acct_1",by="",connector="eventbridge",destination="orders-bus",status="active"} 1`)
+			strings.Contains(page, `relay_destination_status{account="acct_1",by="",connector="eventbridge",destination="orders-bus",status="active"} 1`) &&
+			strings.Contains(page, "relay_broker_connected 1") && strings.Contains(page, "relay_ingest_queue_messages ")
 	})
 	dir := t.TempDir()
 	alerts, rules := alertRules(t, dir)
