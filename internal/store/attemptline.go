@@ -47,8 +47,7 @@ func longEventID(s string) string {
 	if s[0] == 3 {
 		status = s[1 : len(s)-16]
 	}
-	u := hex.EncodeToString([]byte(s[len(s)-16:]))
-	return "fetcher.job." + status + "." + u[:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:]
+	return "fetcher.job." + status + "." + uuidOf(s[len(s)-16:])
 }
 
 // longMessage undoes short_message: empty is the outcome's own word, a first NUL byte
@@ -70,8 +69,7 @@ func longMessageID(s string) string {
 	case s == "" || s[0] > 4:
 		return s
 	case len(s) == 17 && s[0] == 1:
-		u := hex.EncodeToString([]byte(s[1:]))
-		return u[:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:]
+		return uuidOf(s[1:])
 	case len(s) == 17 && s[0] == 2:
 		return hex.EncodeToString([]byte(s[1:]))
 	case s[0] == 3:
@@ -80,4 +78,10 @@ func longMessageID(s string) string {
 		return s[1:]
 	}
 	return s
+}
+
+// uuidOf is the lowercase uuid whose 16 bytes are b.
+func uuidOf(b string) string {
+	u := hex.EncodeToString([]byte(b))
+	return u[:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:]
 }

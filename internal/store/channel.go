@@ -87,7 +87,7 @@ func (s *Store) ReadChannel(ctx context.Context, acct, channel string, after int
 		case ev.Type == runType: // an account's run: destination d's event s + off
 			r.event(len(out.Events), str(m.Values["d"]), num(m.Values["s"])+off)
 		case ev.Type == packType: // an account's pack: its pointer off
-			p := packed(m)[off]
+			p := held.pack(m)[off]
 			r.event(len(out.Events), p.dest, p.seq)
 		case m.Values["d"] != nil: // a pointer
 			r.event(len(out.Events), str(m.Values["d"]), num(m.Values["s"]))
@@ -122,7 +122,21 @@ func packed(m redis.XMessage) []eventRef {
 // the one at or before it (a run may hold it) and those after, in order.
 type heldEntries struct {
 	entries     []redis.XMessage
-	first, last int64 // the first entry's sequence (0: none) and the channel's counter
+	first, last int64                 // the first entry's sequence (0: none) and the channel's counter
+	packs       map[string][]eventRef // the packs' pointers (packed), parsed once, by entry id
+}
+
+// pack is the pointers of pack m, parsed on first use.
+func (h *heldEntries) pack(m redis.XMessage) []eventRef {
+	p, ok := h.packs[m.ID]
+	if !ok {
+		if h.packs == nil {
+			h.packs = map[string][]eventRef{}
+		}
+		p = packed(m)
+		h.packs[m.ID] = p
+	}
+	return p
 }
 
 // channelEntries reads, in one round trip, the entries that hold up to limit events
@@ -156,7 +170,7 @@ func (s *Store) channelEntries(ctx context.Context, key, seqKey string, start, l
 // entry holds its own sequence, a run every one up to the next entry's (or the
 // channel's counter), a pack one for each pointer it holds. false: no entry holds it
 // (trimmed, or the channel gone).
-func (h heldEntries) holder(seq int64) (redis.XMessage, int64, bool) {
+func (h *heldEntries) holder(seq int64) (redis.XMessage, int64, bool) {
 	// the last entry at or before seq
 	i := sort.Search(len(h.entries), func(i int) bool { return seqOf(h.entries[i].ID) > seq }) - 1
 	if i < 0 {
@@ -172,7 +186,7 @@ func (h heldEntries) holder(seq int64) (redis.XMessage, int64, bool) {
 			until = seqOf(h.entries[i+1].ID) - 1
 		}
 	case packType:
-		until = at + int64(len(packed(m))) - 1
+		until = at + int64(len(h.pack(m))) - 1
 	}
 	if seq > until {
 		return redis.XMessage{}, 0, false
@@ -237,9 +251,9 @@ func (r *resolver) resolve(ctx context.Context, s *Store, acct string, evs []Cha
 		if _, err := pipe.Exec(ctx); err != nil {
 			return err
 		}
-		held := map[string]heldEntries{}
+		held := map[string]*heldEntries{}
 		for d, st := range stretches {
-			held[d] = heldEntries{entries: append(heads[d].Val(), pages[d].Val()...), last: st.to}
+			held[d] = &heldEntries{entries: append(heads[d].Val(), pages[d].Val()...), last: st.to}
 		}
 		for _, e := range r.events {
 			m, off, ok := held[e.dest].holder(e.seq)
@@ -288,7 +302,7 @@ func (r *resolver) resolve(ctx context.Context, s *Store, acct string, evs []Cha
 	}
 	for _, l := range r.lines {
 		m, ok := got[l.dest][l.n]
-		if !ok || outcomeType[attemptOf(m).Outcome] == "" { // gone, or a line of no event
+		if !ok || outcomeType(attemptOf(m).Outcome) == "" { // gone, or a line of no event
 			resync(&evs[l.i], l.dest)
 			continue
 		}
@@ -326,7 +340,7 @@ func channelEvent(dest string, m redis.XMessage) ChannelEvent {
 // its type by the outcome, its time the line's, its data from the line's fields.
 func outcomeEvent(seq int64, dest string, line redis.XMessage) ChannelEvent {
 	a := attemptOf(line)
-	typ := outcomeType[a.Outcome]
+	typ := outcomeType(a.Outcome)
 	m := longMessageID(str(line.Values["m"]))
 	if str(line.Values["m"]) == "=" { // the relay's own id for the event (short_id)
 		m = destination.MessageID(dest, a.EventID)
@@ -340,9 +354,16 @@ func outcomeEvent(seq int64, dest string, line redis.XMessage) ChannelEvent {
 	return ChannelEvent{Sequence: seq, Type: typ, Time: a.At, Data: outcomeData(dest, typ, a.At, v)}
 }
 
-// outcomeType is the type of the event a commit's outcome makes.
-var outcomeType = map[string]string{KindDelivered: "delivery.succeeded", KindRejected: "delivery.rejected",
-	KindNotTaken: "delivery.not_taken", KindExpired: "message.expired"}
+// outcomeType is the type of the event a commit's outcome makes: outcomeClass the other
+// way round ("" for an outcome no event has).
+func outcomeType(kind string) string {
+	for typ, class := range outcomeClass {
+		if class == kind {
+			return typ
+		}
+	}
+	return ""
+}
 
 func num(v any) int64 {
 	n, _ := strconv.ParseInt(str(v), 10, 64)

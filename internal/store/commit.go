@@ -171,16 +171,8 @@ local function commit_one()
   if failures ~= was_failures then more[#more + 1] = 'f'; more[#more + 1] = failures end
   if failing ~= was_failing then more[#more + 1] = 'g'; more[#more + 1] = failing or '' end
   add_attempt(KEYS[6], n, now_ms, event_id, kind, message, unpack(more))
-  local first = nil
-  if n % 32 == 0 then first = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 1)[1] end
-  if first and tonumber(first[2][2]) < attempts_cutoff then
-    local old = redis.call('XRANGE', KEYS[6], '-', '+', 'COUNT', 256)
-    -- Trim only what was scanned: entries past the 256th may still be within retention.
-    local keep = (tonumber(string.match(old[#old][1], '^(%d+)')) + 1) .. '-0'
-    for _, e in ipairs(old) do
-      if tonumber(e[2][2]) >= attempts_cutoff then keep = e[1]; break end
-    end
-    redis.call('XTRIM', KEYS[6], 'MINID', keep)
+  if n % 32 == 0 then
+    trim_old(KEYS[6], function(e) return tonumber(e[2][2]) < attempts_cutoff end)
   end
   local seq, run = emit_outcome(now_ms, cutoff, dest_id, n, h[13], h[14])
   put('run', run)

@@ -27,8 +27,9 @@ end
 local outcome_code = {delivered = '0', rejected = '1', not_taken = '2', expired = '3', replayed = '4', retry_queued = '5'}
 local status_code = {completed = '\1', failed = '\2'}
 local hx = '[0-9a-f]'
-local uuid_form = '^fetcher%.job%.(%l+)%.(' .. string.rep(hx, 8) .. '%-' .. string.rep(hx, 4) .. '%-' ..
-  string.rep(hx, 4) .. '%-' .. string.rep(hx, 4) .. '%-' .. string.rep(hx, 12) .. ')$'
+local uuid_hex = string.rep(hx, 8) .. '%-' .. string.rep(hx, 4) .. '%-' .. string.rep(hx, 4) .. '%-' ..
+  string.rep(hx, 4) .. '%-' .. string.rep(hx, 12) -- a lowercase uuid, as a pattern
+local uuid_form = '^fetcher%.job%.(%l+)%.(' .. uuid_hex .. ')$'
 local function byte_of(h) return string.char(tonumber(h, 16)) end
 local function short_event_id(id)
   local status, u = string.match(id, uuid_form)
@@ -46,8 +47,7 @@ end
 -- bytes, 32 hex digits as 2 and their 16 bytes, decimal digits (Kinesis's sequence
 -- numbers, Pub/Sub's ids) as 3 and two to a byte (an odd count ends in the nibble f);
 -- an id whose first byte is 4 or below marked by a 4; any other as it is.
-local uuid_only = '^(' .. string.rep(hx, 8) .. '%-' .. string.rep(hx, 4) .. '%-' .. string.rep(hx, 4) .. '%-' ..
-  string.rep(hx, 4) .. '%-' .. string.rep(hx, 12) .. ')$'
+local uuid_only = '^' .. uuid_hex .. '$'
 local function short_id(id)
   if id == '=' or id == '\4=' then return id end -- the caller marked a plain '=' itself
   if string.match(id, uuid_only) then return '\1' .. string.gsub(string.gsub(id, '%-', ''), '..', byte_of) end
@@ -105,6 +105,20 @@ local function card_state(destkey)
   return state_of(h[1], h[2], h[3], h[4], h[5], h[6], h[7])
 end
 
+-- trim_old drops from stream its oldest entries for which old(entry) holds, up to the
+-- first that does not: it looks only when the first entry is old, and scans at most 256
+-- (entries past the 256th may still be kept), so the work is bounded.
+local function trim_old(stream, old)
+  local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
+  if not first or not old(first) then return end
+  local scanned = redis.call('XRANGE', stream, '-', '+', 'COUNT', 256)
+  local keep = (tonumber(string.match(scanned[#scanned][1], '^(%d+)')) + 1) .. '-0'
+  for _, e in ipairs(scanned) do
+    if not old(e) then keep = e[1]; break end
+  end
+  redis.call('XTRIM', stream, 'MINID', keep)
+end
+
 -- run_span is how long after its first event a run may take more (emit_outcome): a
 -- sixteenth of the channel's retention (now_ms - cutoff), so that a run older than
 -- that beyond the cutoff holds no event retention keeps.
@@ -123,21 +137,11 @@ local function trim_channel(stream, seq, now_ms, cutoff)
     if holder then redis.call('XTRIM', stream, 'MINID', '~', holder[1]) end
   end
   local span = run_span(now_ms, cutoff)
-  local function old(e)
+  trim_old(stream, function(e)
     local at = tonumber(e[2][4])
     if e[2][2] == 'r' then return at < cutoff - span end
     return at < cutoff
-  end
-  local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
-  if first and old(first) then
-    local scanned = redis.call('XRANGE', stream, '-', '+', 'COUNT', 256)
-    -- Trim only what was scanned: entries past the 256th may still be within retention.
-    local keep = (tonumber(string.match(scanned[#scanned][1], '^(%d+)')) + 1) .. '-0'
-    for _, e in ipairs(scanned) do
-      if not old(e) then keep = e[1]; break end
-    end
-    redis.call('XTRIM', stream, 'MINID', keep)
-  end
+  end)
 end
 
 -- emit appends one event to a channel with the next gap-free sequence, within the

@@ -50,7 +50,7 @@ func TestChannelRunsServeEveryEventAsItHappened(t *testing.T) {
 				Message: msg, DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
-			want[r.ID] = append(want[r.ID], happened{r.ID, outcomeType[kind], eventID, mid, msg})
+			want[r.ID] = append(want[r.ID], happened{r.ID, outcomeType(kind), eventID, mid, msg})
 		}
 		state := func(r Ref, typ string) {
 			t.Helper()
