@@ -201,7 +201,7 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 		if res.held > 0 {
 			return failures.Outcome{}, HeldBack{Wait: res.held}
 		}
-		if _, err := d.recordCheck(ctx, dest, res, d.opts.Now().Add(d.opts.Delivery.SetupCheck.Initial)); err != nil {
+		if _, err := d.recordCheck(ctx, dest, res, d.opts.Now(), d.opts.Delivery.SetupCheck.Initial); err != nil {
 			return failures.Outcome{}, err
 		}
 		if !res.passed {
@@ -307,19 +307,21 @@ func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destinatio
 	return setupResult{message: check.Message}
 }
 
-// recordCheck stores a pending destination's setup check for its card, with the next
-// check at next, and returns the status after (active when it passed). A check the STS
+// recordCheck stores a pending destination's setup check, ended at now, for its card,
+// with the next check wait after it, and returns the status after (active when it
+// passed). One clock reading gives both times, so the card's gap is the wait. A check the STS
 // budget held back keeps the card's last sentence (the last refusal: what the customer
 // must fix) and moves only the next check's time; with no check stored yet it says so.
-func (d *Dispatcher) recordCheck(ctx context.Context, dest destination.Destination, res setupResult, next time.Time) (string, error) {
-	now := d.opts.Now().UTC()
-	check := store.PendingCheck{At: now, Message: res.message, NextCheck: next.UTC()}
+func (d *Dispatcher) recordCheck(ctx context.Context, dest destination.Destination, res setupResult, now time.Time, wait time.Duration) (string, error) {
+	now = now.UTC()
+	next := now.Add(wait)
+	check := store.PendingCheck{At: now, Message: res.message, NextCheck: next}
 	if res.held > 0 {
 		if res.last != nil && res.last.Message != "" {
 			check.At, check.Message = res.last.At, res.last.Message
 		} else {
 			check.Message = "the setup check has not run yet: the relay paces its calls to AWS STS and runs it at " +
-				next.UTC().Format(time.RFC3339)
+				next.Format(time.RFC3339)
 		}
 	}
 	return d.opts.Store.SetupChecked(ctx, ref(dest), res.passed, check, d.opts.Delivery.ChannelRetention)

@@ -234,12 +234,12 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 		w.checkEvery = cfg.Initial
 	}
 	res := w.d.checkSetup(ctx, w.dest)
-	now := w.d.opts.Now()
-	next := now.Add(w.checkEvery)
+	now, wait := w.d.opts.Now(), w.checkEvery
 	if res.held > 0 {
-		next = now.Add(res.held) // not a failure: the wait does not double
+		wait = res.held // not a failure: the wait does not double
 	}
-	status, err := w.d.recordCheck(ctx, w.dest, res, next)
+	next := now.Add(wait)
+	status, err := w.d.recordCheck(ctx, w.dest, res, now, wait)
 	if err != nil {
 		log.Warn("setup check not recorded", "error", err)
 		w.nextCheck = now.Add(time.Second)
