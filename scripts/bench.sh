@@ -38,6 +38,7 @@
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
 #                                       1,000 destinations on each (a shorter run)
 #   BENCH_API=<n>|0                     destinations made through the API after the rows (default 100000; 0: none)
+#   BENCH_KEEP=1                        keep the state directory (each relay's log) after a passing run too
 #   BENCH_BASELINE=<rev>                also run the 1,000-destination row with `relay` built at that git rev
 #
 # Progress goes to stderr. Ports: BENCH_E2E_REDIS_PORT 17579, BENCH_E2E_RABBIT_PORT 26872
@@ -60,7 +61,7 @@ cleanup() {
 	local rc=$?
 	if [[ -n $cluster_pid ]]; then kill -TERM "$cluster_pid" 2>/dev/null || true; wait "$cluster_pid" 2>/dev/null || true; fi
 	scripts/peers.sh stop "$state" >/dev/null 2>&1 || true
-	if ((rc != 0)); then echo "bench: state kept in $state" >&2; else rm -rf "$state"; fi
+	if ((rc != 0)) || [[ -n ${BENCH_KEEP:-} ]]; then echo "bench: state kept in $state" >&2; else rm -rf "$state"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

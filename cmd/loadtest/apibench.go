@@ -95,8 +95,10 @@ destinations: []
 		return
 	}
 	trust := func(acct, id, role string) { e.trustStored(ctx, rdb, role, "relay:{"+acct+"}:dest:"+id) }
+	starts := 0
 	start := func() (*replica, error) {
-		rep := &replica{name: "bench-api", bin: e.relayBin, config: cfgPath, logDir: e.stateDir,
+		starts++ // each start logs to its own file: the restart keeps the first run's log
+		rep := &replica{name: fmt.Sprintf("bench-api-%d", starts), bin: e.relayBin, config: cfgPath, logDir: e.stateDir,
 			env: []string{"BENCH_HMAC_KEY=" + hex.EncodeToString(e.key), "BENCH_ADMIN_TOKEN=" + apiAdminToken,
 				"AWS_ACCESS_KEY_ID=AKIDBENCH", "AWS_SECRET_ACCESS_KEY=bench-not-a-secret", "AWS_EC2_METADATA_DISABLED=true"}}
 		if err := rep.start(); err != nil {
@@ -174,7 +176,12 @@ destinations: []
 		j := jobevent.Job{ID: uuid(), Status: "completed", Tenant: tenant}
 		pub.send(ctx, []*event{{id: j.EventID(), key: j.RoutingKey(), msg: jobevent.Build(j, exchange, e.key, time.Now())}})
 		if !waitCount(ctx, e.bus, base, 1, 30*time.Second) {
-			res.err = fmt.Sprintf("probe %d: no delivery within 30 s of the create", k)
+			// Where it stopped: the event in the account's log or not (routing), and the
+			// destination's state (its setup check, its cursor).
+			inLog := rdb.XLen(ctx, "relay:{"+acct+"}:log").Val()
+			st := rdb.HGetAll(ctx, "relay:{"+acct+"}:dest:"+id).Val()
+			res.err = fmt.Sprintf("probe %d: no delivery within 30 s of the create (the account's log holds %d events; destination status %q, cursor %q, pending %q; logs in %s)",
+				k, inLog, st["status"], st["cursor"], st["pending"], e.stateDir)
 			rep.kill(syscall.SIGTERM)
 			return
 		}
