@@ -142,19 +142,27 @@ func (c *Consumer) session(ctx context.Context) error {
 	// Through a headerFilter: headers amqp091-go cannot read would otherwise close the
 	// connection at every delivery of the same message.
 	var conn *amqp.Connection
-	var nonce string
+	var nonce, at string
 	err := c.nodes.Connect(func(url string) error {
 		var err error
 		conn, nonce, err = dialFiltered(url, amqp.Config{
 			Heartbeat:  10 * time.Second,
 			Properties: amqp.Table{"connection_name": "relay-ingest"},
 		})
+		at = url
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err) // dial errors name the host, never the password
 	}
 	defer conn.Close()
+	pub, gate, err := openPublisher(at, c.opts.Logger) // publisher.go: why apart
+	if err != nil {
+		return fmt.Errorf("connect to broker for the quarantine: %w", err)
+	}
+	// A blocked connection's close is never answered (the broker does not read it).
+	defer func() { _ = pub.CloseDeadline(time.Now().Add(pubCloseWait)) }()
+	pubClosed := pub.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
@@ -176,7 +184,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	}()
 	for i, q := range queues {
 		parts[i] = &partition{queue: q}
-		if subs[i], err = c.subscribe(conn, nonce, q); err != nil {
+		if subs[i], err = c.subscribe(conn, pub, gate, nonce, q); err != nil {
 			return err
 		}
 	}
@@ -193,8 +201,17 @@ func (c *Consumer) session(ctx context.Context) error {
 		}
 	}
 
-	errs := make(chan error, len(parts)+2)
+	errs := make(chan error, len(parts)+3)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case e := <-pubClosed:
+			errs <- fmt.Errorf("quarantine connection closed: %v", e)
+		case <-sctx.Done():
+		}
+	}()
 	if drops != nil {
 		wg.Add(1)
 		go func() {
@@ -206,7 +223,7 @@ func (c *Consumer) session(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- c.consume(sctx, conn, nonce, p, &subs[i])
+			errs <- c.consume(sctx, conn, pub, gate, nonce, p, &subs[i])
 		}()
 	}
 	if len(parts) > 1 {
@@ -232,7 +249,7 @@ type partition struct {
 }
 
 // subscription is one consumer on one queue: its channel (prefetch set), a quarantine
-// channel with publisher confirms, and its deliveries.
+// channel with publisher confirms (on the quarantine connection), and its deliveries.
 type subscription struct {
 	ch, quarantine *amqp.Channel
 	link           link
@@ -240,8 +257,8 @@ type subscription struct {
 	done           chan struct{} // closed by stop
 }
 
-// subscribe opens a subscription to queue on conn.
-func (c *Consumer) subscribe(conn *amqp.Connection, nonce, queue string) (*subscription, error) {
+// subscribe opens a subscription to queue on conn, its quarantine channel on pub.
+func (c *Consumer) subscribe(conn, pub *amqp.Connection, gate *flowGate, nonce, queue string) (*subscription, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
@@ -251,7 +268,7 @@ func (c *Consumer) subscribe(conn *amqp.Connection, nonce, queue string) (*subsc
 		s.close()
 		return nil, fmt.Errorf("set prefetch: %w", err)
 	}
-	if s.quarantine, err = conn.Channel(); err != nil {
+	if s.quarantine, err = pub.Channel(); err != nil {
 		s.close()
 		return nil, fmt.Errorf("open quarantine channel: %w", err)
 	}
@@ -259,7 +276,7 @@ func (c *Consumer) subscribe(conn *amqp.Connection, nonce, queue string) (*subsc
 		s.close()
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	s.link = link{quarantine: s.quarantine, nonce: nonce, frameMax: conn.Config.FrameSize}
+	s.link = link{quarantine: s.quarantine, gate: gate, nonce: nonce, frameMax: min(conn.Config.FrameSize, pub.Config.FrameSize)}
 	tag := "relay-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	// Not ConsumeWithContext: its cancel on ctx.Done races with close's Channel.Close, and
 	// amqp091-go can hand one call's reply to the other, leaving that call waiting forever.
@@ -320,7 +337,7 @@ var errYield = errors.New("partition handed to another replica")
 // consume takes batches from *sub until ctx is cancelled or the connection fails. When
 // rebalance asks, it settles the batch in hand, closes the subscription and subscribes
 // again: it then waits behind the other replicas' consumers.
-func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, nonce string, p *partition, sub **subscription) error {
+func (c *Consumer) consume(ctx context.Context, conn, pub *amqp.Connection, gate *flowGate, nonce string, p *partition, sub **subscription) error {
 	for {
 		err := c.batches(ctx, p, *sub)
 		if !errors.Is(err, errYield) {
@@ -331,7 +348,7 @@ func (c *Consumer) consume(ctx context.Context, conn *amqp.Connection, nonce str
 		p.yield.Store(false)
 		c.opts.Metrics.PartitionHandovers.Inc()
 		c.opts.Logger.Info("partition handed over to another replica", "queue", p.queue)
-		s, err := c.subscribe(conn, nonce, p.queue)
+		s, err := c.subscribe(conn, pub, gate, nonce, p.queue)
 		if err != nil {
 			return err
 		}
@@ -499,9 +516,10 @@ func (c *Consumer) rebalance(ctx context.Context, conn *amqp.Connection, parts [
 	}
 }
 
-// link is what prepare needs of one broker connection.
+// link is what prepare needs of the broker connections.
 type link struct {
 	quarantine *amqp.Channel // publisher confirms on
+	gate       *flowGate     // whether the broker blocks the quarantine's connection
 	nonce      string        // the headerFilter's: see unreadableReason
 	frameMax   int           // negotiated; 0: unlimited
 }
@@ -522,8 +540,8 @@ type prepared struct {
 
 // prepare verifies pb.batch[from:], quarantines what fails and routes the rest. A message that
 // cannot be quarantined by a copy (unreadable headers, a copy too large for a frame, a
-// copy the broker refused) is rejected instead, and the broker dead-letters it,
-// unchanged, to the quarantine exchange. The caller holds c.routing shared; settle
+// copy the broker refused, or blocks: publisher.go) is rejected instead, and the broker
+// dead-letters it, unchanged, to the quarantine exchange. The caller holds c.routing shared; settle
 // releases it once the batch is acked.
 func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) error {
 	m := c.opts.Metrics
@@ -548,6 +566,13 @@ func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) 
 			continue
 		}
 		entry, tenant, rej := c.check(d)
+		if rej != nil && l.gate.isBlocked() {
+			if err := c.deadLetter(d, rej.reason, blockedWhy); err != nil {
+				return err
+			}
+			pb.rejected[from+i] = true
+			continue
+		}
 		if rej != nil {
 			dc, err := c.quarantine(ctx, l, d, rej)
 			if err != nil {
@@ -573,11 +598,18 @@ func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) 
 		pb.appends = append(pb.appends, store.Append{Entry: entry, Accounts: accounts})
 	}
 	for _, p := range confirms {
-		ok, err := p.dc.WaitContext(context.WithoutCancel(ctx))
-		if err != nil {
-			return fmt.Errorf("quarantine publish not confirmed: %w", err)
+		select {
+		case <-p.dc.Done():
+		case <-l.gate.whenBlocked():
+			// The copy waits behind the alarm (and may land once it ends: a second copy
+			// then); the original goes now, whole.
+			if err := c.deadLetter(pb.batch[p.i], p.reason, blockedWhy); err != nil {
+				return err
+			}
+			pb.rejected[p.i] = true
+			continue
 		}
-		if !ok {
+		if !p.dc.Acked() {
 			if err := c.deadLetter(pb.batch[p.i], p.reason, "the broker refused the quarantine copy"); err != nil {
 				return err
 			}
@@ -637,6 +669,10 @@ func (c *Consumer) settle(pb *prepared) (err error) {
 	c.heldSince.CompareAndSwap(pb.formed, 0)
 	return nil
 }
+
+// blockedWhy is the log's word for a message dead-lettered while the broker blocks the
+// quarantine connection.
+const blockedWhy = "the broker blocks publishing (a resource alarm): the original goes to the quarantine whole"
 
 // deadLetter rejects d without requeue: the broker moves it, unchanged but for its
 // x-death header, to the quarantine exchange (the queue's dead-letter exchange).

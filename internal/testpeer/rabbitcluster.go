@@ -1,7 +1,6 @@
 package testpeer
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -9,10 +8,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -112,7 +109,7 @@ func (c *RabbitCluster) start() error {
 	// the stops and starts around them at once.
 	first, joining := c.nodes[0].node, c.nodes[1:]
 	ctl := func(args ...string) func(*RabbitMQ) error {
-		return func(b *RabbitMQ) error { _, err := c.ctl(b, args...); return err }
+		return func(b *RabbitMQ) error { _, err := b.ctl(args...); return err }
 	}
 	if err := c.parallel(joining, ctl("stop_app")); err != nil {
 		return err
@@ -135,27 +132,6 @@ func (c *RabbitCluster) parallel(nodes []*RabbitMQ, f func(*RabbitMQ) error) err
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// ctl runs rabbitmqctl against node b with b's environment (its cookie), on a private
-// range of distribution ports.
-func (c *RabbitCluster) ctl(b *RabbitMQ, args ...string) ([]byte, error) {
-	lo, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(rabbitCtl, append([]string{"-n", b.node}, args...)...)
-	cmd.Env = append(b.env(),
-		"RABBITMQ_CTL_DIST_PORT_MIN="+strconv.Itoa(lo),
-		"RABBITMQ_CTL_DIST_PORT_MAX="+strconv.Itoa(lo+10),
-		"RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
-	)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("rabbitmqctl -n %s %s: %v: %s", b.node, strings.Join(args, " "), err, out.String())
-	}
-	return out.Bytes(), nil
 }
 
 // URLs returns each node's amqp:// URL, rc1's first.
@@ -186,7 +162,7 @@ func (c *RabbitCluster) LeaderOf(queue string) (int, error) {
 		if !b.proc.running() {
 			continue
 		}
-		out, err := c.ctl(b, "list_queues", "name", "leader", "--formatter", "json", "--quiet")
+		out, err := b.ctl("list_queues", "name", "leader", "--formatter", "json", "--quiet")
 		if err != nil {
 			return -1, err
 		}

@@ -517,6 +517,41 @@ func (b *RabbitMQ) env() []string {
 	)
 }
 
+// ctl runs rabbitmqctl against the broker with its environment (its cookie), on a
+// private range of distribution ports.
+func (b *RabbitMQ) ctl(args ...string) ([]byte, error) {
+	lo, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(rabbitCtl, append([]string{"-n", b.node}, args...)...)
+	cmd.Env = append(b.env(),
+		"RABBITMQ_CTL_DIST_PORT_MIN="+strconv.Itoa(lo),
+		"RABBITMQ_CTL_DIST_PORT_MAX="+strconv.Itoa(lo+10),
+		"RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("rabbitmqctl -n %s %s: %v: %s", b.node, strings.Join(args, " "), err, out.String())
+	}
+	return out.Bytes(), nil
+}
+
+// MemoryAlarm raises the broker's memory alarm (on: a high watermark of 1 MB, below
+// what any node uses) or clears it (the default watermark, 0.4 of RAM). While it is
+// raised the broker blocks every connection that publishes: it stops reading from it.
+func (b *RabbitMQ) MemoryAlarm(t testing.TB, on bool) {
+	t.Helper()
+	args := []string{"set_vm_memory_high_watermark", "0.4"}
+	if on {
+		args = []string{"set_vm_memory_high_watermark", "absolute", "1MB"}
+	}
+	if _, err := b.ctl(args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // dial opens and closes one AMQP connection.
 func (b *RabbitMQ) dial() error {
 	c, err := amqp.DialConfig(b.URL(), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
