@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,7 +29,8 @@ func (r *replica) start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.starts++
-	f, err := os.Create(filepath.Join(r.logDir, fmt.Sprintf("%s.%d.log", r.name, r.starts)))
+	logPath := filepath.Join(r.logDir, fmt.Sprintf("%s.%d.log", r.name, r.starts))
+	f, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
@@ -51,12 +53,29 @@ func (r *replica) start() error {
 		f.Close()
 		r.mu.Lock()
 		if r.cmd == cmd && !isKilled(err) {
-			r.selfExit = append(r.selfExit, fmt.Sprintf("%s (start %d): %v", time.Now().Format("15:04:05"), r.starts, err))
+			// Why it went is in its last lines: the report carries them.
+			r.selfExit = append(r.selfExit, fmt.Sprintf("%s (start %d): %v; its last log lines (%s):\n%s",
+				time.Now().Format("15:04:05"), r.starts, err, logPath, lastLines(logPath, exitLogLines)))
 		}
 		r.mu.Unlock()
 		close(done)
 	}()
 	return nil
+}
+
+// exitLogLines is how many of its last log lines a replica that exited on its own
+// shows in the report.
+const exitLogLines = 8
+
+// lastLines returns the last n lines of the file at path, each indented for the report.
+func lastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "      (" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return "      " + strings.Join(lines, "\n      ")
 }
 
 func isKilled(err error) bool {

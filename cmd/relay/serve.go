@@ -48,8 +48,8 @@ change at once (a file with problems is refused whole, each problem logged, and 
 running config kept). A config that would change an ExternalId Redis already holds is
 refused the same way, at start and on reload, and so is an AWS destination whose
 ExternalId would live only in Redis: pin it (relay external-ids prints the pins) or set
-identity.external_id_secret. While Redis does not answer at start it waits, /readyz
-saying why. It runs until
+identity.external_id_secret. While Redis does not answer at start, or fails what the
+start reads and writes (a failover), it waits and tries again, /readyz saying why. It runs until
 SIGINT or SIGTERM, when it finishes the messages and writes in hand, ends API streams
 and exits.
 
@@ -231,26 +231,34 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		}
 	}()
 
-	// Redis may come up after the relay (a pod restarted beside it): wait for it rather
-	// than exit, since nothing can be stored or delivered without it.
-	if err := waitForRedis(ctx, st, log, apiSrv.Starting); err != nil {
-		return err
-	}
-	if problems, err := externalIDProblems(ctx, st, cfg); err != nil {
-		return fmt.Errorf("read ExternalIds from redis: %w", err)
-	} else if len(problems) > 0 {
-		return problems
-	}
-	all, err := src.load(ctx, cfg.Destinations)
-	if err != nil {
-		return fmt.Errorf("read the destinations the api made from redis: %w", err)
-	}
 	rl := &reloader{path: path, getenv: e.getenv, log: log, ingest: consumer, disp: disp, outbox: outbox, api: apiSrv,
 		current: cfg, store: st, src: src}
 	src.onAccounts = rl.applyAccounts
-	rl.applyAccounts() // the API's accounts are routed before anything is consumed
-	if err := disp.SetDestinations(ctx, all); err != nil {
-		return fmt.Errorf("load destination state from redis: %w", err)
+	// Redis may come up after the relay (a pod restarted beside it), or fail over while
+	// it starts (a master down, a replica promoted): wait and read again rather than
+	// exit, since nothing can be stored or delivered without it. Only what the file must
+	// fix (an ExternalId it would change) stops the start.
+	var all []destination.Destination
+	for wait := redisWaitFirst; ; wait = min(2*wait, redisWaitMax) {
+		if err := waitForRedis(ctx, st, log, apiSrv.Starting); err != nil {
+			return err
+		}
+		problems, loaded, err := startFromRedis(ctx, st, cfg, rl)
+		if len(problems) > 0 {
+			return problems
+		}
+		if err == nil {
+			all = loaded
+			break
+		}
+		log.Warn("redis answered, then failed while the relay read its state; waiting before reading again", "component", "store",
+			"retry_in", wait.String(), "error", err.Error())
+		apiSrv.Starting(fmt.Sprintf("waiting for Redis: %v (next try in %s)", err, wait))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
 	}
 	apiSrv.Started()
 
@@ -465,6 +473,28 @@ const (
 	redisWaitMax   = 15 * time.Second
 	redisPingLimit = 3 * time.Second
 )
+
+// startFromRedis reads what a start needs from Redis: the ExternalIds issued (problems
+// when the file would change one), the accounts and destinations the API made, routed
+// before anything is consumed, and every destination's state, ensured. A Redis error
+// leaves nothing half-applied that a second call does not redo.
+func startFromRedis(ctx context.Context, st *store.Store, cfg *config.Config, rl *reloader) (config.Problems, []destination.Destination, error) {
+	if problems, err := externalIDProblems(ctx, st, cfg); err != nil || len(problems) > 0 {
+		if err != nil {
+			err = fmt.Errorf("read ExternalIds from redis: %w", err)
+		}
+		return problems, nil, err
+	}
+	all, err := rl.src.load(ctx, cfg.Destinations)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the destinations the api made from redis: %w", err)
+	}
+	rl.applyAccounts()
+	if err := rl.disp.SetDestinations(ctx, all); err != nil {
+		return nil, nil, fmt.Errorf("load destination state from redis: %w", err)
+	}
+	return nil, all, nil
+}
 
 // waitForRedis returns once Redis answers PING, logging each failed try with the wait
 // before the next (doubling up to redisWaitMax) and telling starting (what /readyz
