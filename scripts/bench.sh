@@ -6,8 +6,9 @@
 # (internal/awstest) in a process of its own (`loadtest bus`, which notes when it answered
 # each entry) and STS; each row beside its bare path measured in the same run:
 #
-# - 1 destination, 1 KB at 200/s and as fast as confirmed, beside the bare pipeline (a
-#   bare consumer putting each delivery on the same bus): latency and throughput aims.
+# - 1 destination, 1 KB at 200/s, at 2,000/s and as fast as confirmed, beside the bare
+#   pipeline (a bare consumer putting each delivery on the same bus): latency (p50, p99,
+#   p99.9 relay-added) and throughput aims.
 # - 0 destinations: ingest alone (nothing reads the account's log): Redis CPU per
 #   ingested event, the denominator of "Redis CPU per delivery"; and Redis memory per
 #   event kept (used_memory before a repetition's first publish and once the log holds

@@ -506,7 +506,7 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 		"the bare path of one destination is the bare pipeline, of many the bare fan-out; the row of 0 destinations is ingest alone (events stored/s). "+
 		"Wall time: the bare path's in all (sessions, clients, warm-up and its repetitions), and the relay's start until every destination has the warm-up event (not in any figure).\n\n", load, loadAfter, nproc())
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| destinations\t event bytes\t events × runs\t publish rate\t relay\t deliveries/s\t bare path/s\t relay / bare\t latency p50 / p99 / max\t bare pipeline p50 / p99\t relay-added p50 / p99\t duplicates\t relay RSS MiB idle → end (peak)\t setup: bare, relay\t Redis\t")
+	fmt.Fprintln(tw, "| destinations\t event bytes\t events × runs\t publish rate\t relay\t deliveries/s\t bare path/s\t relay / bare\t latency p50 / p99 / max\t bare pipeline p50 / p99 / p99.9\t relay-added p50 / p99 / p99.9\t duplicates\t relay RSS MiB idle → end (peak)\t setup: bare, relay\t Redis\t")
 	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---:\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---\t")
 	for _, r := range results {
 		if r.err != "" && len(r.reps) == 0 {
@@ -530,8 +530,8 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 			}
 		}
 		if r.dests == 1 && len(r.barePerSecs()) > 0 {
-			barePct = fmt.Sprintf("%s / %s", round(r.bareLat(0.5)), round(r.bareLat(0.99)))
-			added = fmt.Sprintf("%s / %s", round(r.addedLat(0.5)), round(r.addedLat(0.99)))
+			barePct = fmt.Sprintf("%s / %s / %s", round(r.bareLat(0.5)), round(r.bareLat(0.99)), round(r.bareLat(0.999)))
+			added = fmt.Sprintf("%s / %s / %s", round(r.addedLat(0.5)), round(r.addedLat(0.99)), round(r.addedLat(0.999)))
 		}
 		if !r.ingestOnly() {
 			lat = fmt.Sprintf("%s / %s / %s", round(r.lat(0.5)), round(r.lat(0.99)), round(r.lat(1)))
