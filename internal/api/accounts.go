@@ -277,6 +277,13 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	s.waitAccount(r, a.ID, func(_ config.Account, ok bool) bool { return !ok })
+	// Its console sessions and links end too: an account made again under this id
+	// must not find them alive.
+	if s.opts.Store != nil {
+		if err := s.opts.Store.EndSessions(r.Context(), a.ID); err != nil {
+			s.log.Warn("the deleted account's console sessions could not be ended: redis did not answer", "account", a.ID, "error", err)
+		}
+	}
 	s.log.Info("account deleted through the api", "account", a.ID)
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": a.ID})
 }

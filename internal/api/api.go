@@ -1,6 +1,7 @@
 // Package api serves the operator HTTP API: destination cards and actions, the
 // channels' snapshot, replay and SSE routes, health and readiness, behind bearer tokens
-// scoped admin or account:<id>, each token and account within its share of
+// scoped admin or account:<id> (the config's, or console sessions opened by sign-in
+// links, kept in Redis), each token and account within its share of
 // connections and requests; and, on a separate operator listener, /metrics. It never logs or echoes a token, and it
 // never changes state except through the dispatcher.
 package api
@@ -208,6 +209,13 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/accounts/{id}", s.authed(s.getAccount))
 	m.HandleFunc("PATCH /v1/accounts/{id}", s.authed(s.patchAccount))
 	m.HandleFunc("DELETE /v1/accounts/{id}", s.authed(s.deleteAccount))
+
+	// Console sign-in links (sessions.go). POST /v1/sessions takes no token: the code is
+	// its credential.
+	m.HandleFunc("POST /v1/accounts/{id}/sign-in-links", s.authed(s.createSignInLink))
+	m.HandleFunc("DELETE /v1/accounts/{id}/sessions", s.authed(s.deleteAccountSessions))
+	m.HandleFunc("POST /v1/sessions", s.createSession)
+	m.HandleFunc("DELETE /v1/sessions/current", s.authed(s.deleteCurrentSession))
 	if s.opts.Console != nil {
 		s.consoleRoutes(m)
 	}
@@ -234,7 +242,7 @@ func (s *Server) authedStream(h func(http.ResponseWriter, *http.Request, princip
 
 func (s *Server) guard(h func(http.ResponseWriter, *http.Request, principal), counted bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, e := s.tokens.authenticate(r)
+		p, e := s.authenticate(r)
 		if e == nil {
 			e = s.claim(w, r, p)
 		}

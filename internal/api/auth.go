@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/signin"
 	"github.com/mercamap/relay/internal/store"
 )
 
@@ -19,6 +20,10 @@ type principal struct {
 	admin   bool
 	account string   // the account an account:<id> token is limited to
 	digest  [32]byte // sha256 of the token: how a subscription is re-checked on reload
+	// session is a console session's token (sessions.go): an account:<id> token that
+	// lives in Redis until expires, not in the config.
+	session bool
+	expires time.Time
 }
 
 // sees reports whether p may see and act on acct's destinations and channels.
@@ -151,8 +156,10 @@ func (t *tokens) revokedElsewhere(ctx context.Context, digest [32]byte) bool {
 	return known
 }
 
-// authenticate reads the bearer token of r. The token is never logged or echoed.
-func (t *tokens) authenticate(r *http.Request) (principal, *apiError) {
+// authenticate reads the bearer token of r: a config token, else a console session's
+// (looked up in Redis on every request, so a sign-out holds on every replica at once).
+// The token is never logged or echoed.
+func (s *Server) authenticate(r *http.Request) (principal, *apiError) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, found := strings.Cut(h, " ")
 	tok = strings.TrimSpace(tok)
@@ -160,12 +167,18 @@ func (t *tokens) authenticate(r *http.Request) (principal, *apiError) {
 		return principal{}, errUnauthenticated("an Authorization: Bearer <token> header is required")
 	}
 	digest := sha256.Sum256([]byte(tok))
-	p, ok, revoked := t.lookup(digest)
+	p, ok, revoked := s.tokens.lookup(digest)
 	switch {
 	case ok:
 		return p, nil
-	case revoked || t.revokedElsewhere(r.Context(), digest):
+	case revoked:
 		return principal{}, errRevoked("this token was valid and has been revoked")
 	}
-	return principal{}, errUnauthenticated("the token is not valid")
+	if sec, isSession := signin.Parse(signin.Token, tok); isSession {
+		return s.sessionPrincipal(r.Context(), sec)
+	}
+	if s.tokens.revokedElsewhere(r.Context(), digest) {
+		return principal{}, errRevoked("this token was valid and has been revoked")
+	}
+	return principal{}, tokenNotValid()
 }

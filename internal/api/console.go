@@ -10,11 +10,16 @@ func (s *Server) consoleRoutes(m *http.ServeMux) {
 }
 
 // whoami tells a client (the console) the scope of its own token: "admin" or
-// "account:<id>", so it shows only the actions that token may take.
+// "account:<id>", so it shows only the actions that token may take; for a console
+// session, also "session": true and when it ends ("expires_at").
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request, p principal) {
 	scope := "admin"
 	if !p.admin {
 		scope = "account:" + p.account
+	}
+	if p.session {
+		writeJSON(w, http.StatusOK, map[string]any{"scope": scope, "session": true, "expires_at": p.expires})
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"scope": scope})
 }

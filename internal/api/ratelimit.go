@@ -67,11 +67,18 @@ func apiLimitsOf(api config.API) config.API {
 	if api.SubscriptionsPerAccount <= 0 {
 		api.SubscriptionsPerAccount = def.SubscriptionsPerAccount
 	}
+	if api.SignInLinkTTL <= 0 {
+		api.SignInLinkTTL = def.SignInLinkTTL
+	}
+	if api.SessionTTL <= 0 {
+		api.SessionTTL = def.SessionTTL
+	}
 	for _, r := range []struct{ got, def *config.Rate }{
 		{&api.TestsPerDestination, &def.TestsPerDestination}, {&api.TestsPerAccount, &def.TestsPerAccount},
 		{&api.ActionsPerDestination, &def.ActionsPerDestination}, {&api.ActionsPerAccount, &def.ActionsPerAccount},
 		{&api.ReplaysPerDestination, &def.ReplaysPerDestination}, {&api.ReplaysPerAccount, &def.ReplaysPerAccount},
 		{&api.DestinationChangesPerAccount, &def.DestinationChangesPerAccount},
+		{&api.SignInsPerAccount, &def.SignInsPerAccount},
 	} {
 		if r.got.Count <= 0 || r.got.Per <= 0 {
 			*r.got = *r.def

@@ -94,6 +94,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p principal) {
 // subscription is one open SSE stream, re-checked when tokens or the config change. A
 // multiplexed one carries several channels and counts as one against the caps.
 type subscription struct {
+	p        principal // who opened it: a session's is rechecked in Redis (watchSession)
 	digest   [32]byte
 	account  string // the account of an account token; "" for admin
 	channels []string
@@ -165,7 +166,7 @@ func (s *Server) subscribeMany(w http.ResponseWriter, r *http.Request, p princip
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, p principal, starts []stream.Start, many bool) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sub := &subscription{digest: p.digest, account: p.account, cancel: cancel}
+	sub := &subscription{p: p, digest: p.digest, account: p.account, cancel: cancel}
 	for _, st := range starts {
 		sub.channels = append(sub.channels, st.Channel.Name)
 	}
@@ -178,6 +179,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p principal, sta
 	if !s.allowed(sub) {
 		writeError(w, errRevoked("this token was valid and has been revoked"))
 		return
+	}
+	if p.session {
+		go s.watchSession(ctx, cancel, p)
 	}
 	var err error
 	if many {
@@ -245,8 +249,15 @@ func (s *Server) recheckSubscriptions() {
 
 // allowed reports whether sub's token is still valid and still allows its channels.
 func (s *Server) allowed(sub *subscription) bool {
-	p, ok, _ := s.tokens.lookup(sub.digest)
-	if !ok {
+	p := sub.p
+	if p.session {
+		// Its session is rechecked in Redis by watchSession; here only its account.
+		if !s.accountServed(p.account) {
+			return false
+		}
+	} else if current, ok, _ := s.tokens.lookup(sub.digest); ok {
+		p = current
+	} else {
 		return false
 	}
 	for _, name := range sub.channels {

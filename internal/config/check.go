@@ -457,6 +457,42 @@ func (p *parser) checkAPILimits(api *API) {
 	if api.DestinationChangesPerAccount.Count < 1 {
 		p.add("api.destination_changes_per_account.count", "must be at least 1 create, change or delete")
 	}
+	p.checkSignIn(api)
+}
+
+// The bounds of the sign-in keys: a link lives long enough to be opened, not long
+// enough to sit in a mailbox; a session, long enough for a task, not a standing token.
+const (
+	minSignInLinkTTL = 10 * time.Second
+	maxSignInLinkTTL = time.Hour
+	minSessionTTL    = 5 * time.Minute
+	maxSessionTTL    = 7 * 24 * time.Hour
+)
+
+// checkSignIn checks the console sign-in keys: the public URL links are made of, the
+// lifetimes of a link and of a session, and the exchanges' rate.
+func (p *parser) checkSignIn(api *API) {
+	if api.PublicURL != "" {
+		u, err := url.Parse(api.PublicURL)
+		switch {
+		case err != nil || u.User != nil:
+			// Not quoted: a URL with a user may hold a password.
+			p.add("api.public_url", "must be a plain http:// or https:// URL with no user, like https://relay.example.com")
+		case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "":
+			p.add("api.public_url", "%q must be an http:// or https:// URL, like https://relay.example.com (the console is at its /console/)", api.PublicURL)
+		case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(api.PublicURL, "?#"):
+			p.add("api.public_url", "%q must hold no query or fragment: links add /console/#code=… to it", api.PublicURL)
+		}
+	}
+	if api.SignInLinkTTL < minSignInLinkTTL || api.SignInLinkTTL > maxSignInLinkTTL {
+		p.add("api.sign_in_link_ttl", "%s must be from %s to %s (default %s): how long a link's code may wait to be used", api.SignInLinkTTL, minSignInLinkTTL, maxSignInLinkTTL, DefaultAPI().SignInLinkTTL)
+	}
+	if api.SessionTTL < minSessionTTL || api.SessionTTL > maxSessionTTL {
+		p.add("api.session_ttl", "%s must be from %s to %s (default %s): how long a console session lasts", api.SessionTTL, minSessionTTL, maxSessionTTL, DefaultAPI().SessionTTL)
+	}
+	if api.SignInsPerAccount.Count < 1 {
+		p.add("api.sign_ins_per_account.count", "must be at least 1 sign-in")
+	}
 }
 
 // checkRates checks a per-destination rate and the per-account one above it: each holds

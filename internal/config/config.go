@@ -143,6 +143,16 @@ type API struct {
 	// DestinationChangesPerAccount.
 	DestinationsPerAccount       int
 	DestinationChangesPerAccount Rate
+	// Console sign-in links (POST /v1/accounts/{id}/sign-in-links): PublicURL is the base
+	// URL customers reach the relay at (a link is <PublicURL>/console/#code=…; empty: the
+	// scheme and Host the minting request came with). A link's code is good once within
+	// SignInLinkTTL; the session it opens lasts SessionTTL. SignInsPerAccount bounds the
+	// exchanges of codes naming one account (POST /v1/sessions takes no token), across
+	// replicas, in Redis.
+	PublicURL         string
+	SignInLinkTTL     time.Duration
+	SessionTTL        time.Duration
+	SignInsPerAccount Rate
 }
 
 // HTTPLimits bound what a connection may hold: slow headers or bodies, idle keep-alives,

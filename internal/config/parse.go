@@ -52,6 +52,12 @@ func DefaultAPI() API {
 		// a script, a hundred a minute.
 		DestinationsPerAccount:       1000,
 		DestinationChangesPerAccount: Rate{Count: 120, Per: time.Minute},
+		// A link is opened within minutes of being minted; a working day in the console
+		// needs no second one. Sign-ins of one account: its people, each once, with room
+		// for a few retries.
+		SignInLinkTTL:     5 * time.Minute,
+		SessionTTL:        8 * time.Hour,
+		SignInsPerAccount: Rate{Count: 30, Per: time.Minute},
 	}
 }
 
@@ -234,6 +240,10 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"destination_changes_per_account": func(v *yaml.Node, path string) {
 					w.rate(v, path, &c.API.DestinationChangesPerAccount)
 				},
+				"public_url":           func(v *yaml.Node, path string) { w.str(v, path, &c.API.PublicURL) },
+				"sign_in_link_ttl":     func(v *yaml.Node, path string) { w.duration(v, path, &c.API.SignInLinkTTL) },
+				"session_ttl":          func(v *yaml.Node, path string) { w.duration(v, path, &c.API.SessionTTL) },
+				"sign_ins_per_account": func(v *yaml.Node, path string) { w.rate(v, path, &c.API.SignInsPerAccount) },
 
 				// The operator listener, the Host check, and what one client may hold.
 				"metrics_listen":              func(v *yaml.Node, path string) { w.str(v, path, &c.API.MetricsListen) },

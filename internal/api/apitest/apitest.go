@@ -164,14 +164,18 @@ type Rig struct {
 	// MetricsURL is the operator listener's (api.metrics_listen): /metrics, /healthz,
 	// /readyz.
 	MetricsURL string
+	// RedisURL is the rig's Redis.
+	RedisURL string
 
+	cfg     *config.Config
 	nextJob int
 }
 
 // New starts a rig; the dispatcher is not running until Start.
 func New(t testing.TB, opts Options) *Rig {
 	t.Helper()
-	st, err := store.Open(testpeer.RedisURL(t))
+	redisURL := testpeer.RedisURL(t)
+	st, err := store.Open(redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +237,36 @@ func New(t testing.TB, opts Options) *Rig {
 		ms.Close()
 	})
 	return &Rig{T: t, Store: st, Sink: sink, Dispatcher: disp, Streams: streams, API: srv, HTTP: hs, URL: hs.URL,
-		MetricsURL: ms.URL}
+		MetricsURL: ms.URL, RedisURL: redisURL, cfg: cfg}
+}
+
+// Replica serves a second API over the rig's Redis and config, as another relay process
+// would: its own Redis client, Dispatcher (not running) and channels. It returns its URL.
+func (r *Rig) Replica() string {
+	t := r.T
+	t.Helper()
+	st, err := store.Open(r.RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	disp := dispatch.New(dispatch.Options{Store: st, Delivery: r.cfg.Delivery, Accounts: r.cfg.Accounts, Poll: 20 * time.Millisecond,
+		LogRetention: LogRetention, Sinks: map[destination.Connector]dispatch.Sink{destination.EventBridge: r.Sink, destination.Kinesis: r.Sink, destination.PubSub: r.Sink}})
+	if err := disp.SetDestinations(context.Background(), r.cfg.Destinations); err != nil {
+		t.Fatal(err)
+	}
+	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: r.cfg.Identity, Poll: 10 * time.Millisecond})
+	srv := api.New(api.Options{Config: r.cfg, Destinations: disp, Store: st, Streams: streams, Broker: func() bool { return true }})
+	hs := httptest.NewUnstartedServer(nil)
+	hs.Config = srv.HTTPServer(nil)
+	hs.Listener = srv.Listener(hs.Listener)
+	hs.Start()
+	t.Cleanup(func() {
+		srv.CloseStreams()
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	return hs.URL
 }
 
 // Start runs the dispatcher until the test ends.
