@@ -4,6 +4,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -32,16 +34,28 @@ func get(t *testing.T, url string) (*http.Response, string) {
 	return resp, string(b)
 }
 
+// modules are the page's JavaScript modules, as the source tree holds them.
+func modules(t *testing.T) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join("static", "*.js"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no modules under static/: %v", err)
+	}
+	for i, n := range names {
+		names[i] = filepath.Base(n)
+	}
+	return names
+}
+
 func TestEveryConsoleFileIsServedWithTheStrictPolicyAndNoToken(t *testing.T) {
 	srv := serve(t)
 	files := map[string]string{
 		"/console/":              "text/html",
-		"/console/app.js":        "text/javascript",
-		"/console/follow.js":     "text/javascript",
-		"/console/api.js":        "text/javascript",
-		"/console/i18n.js":       "text/javascript",
 		"/console/console.css":   "text/css",
 		"/console/settings.json": "application/json",
+	}
+	for _, m := range modules(t) {
+		files["/console/"+m] = "text/javascript"
 	}
 	for path, ctype := range files {
 		resp, body := get(t, srv.URL+path)
@@ -82,12 +96,60 @@ func TestThePageHasNoInlineScriptStyleOrOtherOrigin(t *testing.T) {
 			t.Errorf("the page holds %q", bad)
 		}
 	}
-	for _, f := range []string{"app.js", "follow.js", "api.js", "i18n.js"} {
+	for _, f := range modules(t) {
 		_, js := get(t, srv.URL+"/console/"+f)
-		for _, bad := range []string{"innerHTML", "eval(", "new Function", "http://", "https://", "EventSource", "?token", "access_token"} {
+		for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+			"http://", "https://", "EventSource", "?token", "access_token"} {
 			if strings.Contains(js, bad) {
 				t.Errorf("%s holds %q", f, bad)
 			}
+		}
+	}
+}
+
+// The page is split into modules (issue 32): each one app.js reaches is served, the page
+// preloads each (no waterfall of one import level at a time), none is left unused, and
+// none grows past about 400 lines, as the Go files are kept.
+func TestEveryModuleIsImportedPreloadedAndShort(t *testing.T) {
+	srv := serve(t)
+	_, page := get(t, srv.URL+"/console/")
+	preloaded := map[string]bool{}
+	for _, m := range regexp.MustCompile(`<link rel="modulepreload" href="([\w.-]+)">`).FindAllStringSubmatch(page, -1) {
+		preloaded[m[1]] = true
+	}
+	importRE := regexp.MustCompile(`(?m)^import [^;]* from '\./([\w.-]+)';$`)
+	reached := map[string]bool{"app.js": true}
+	for queue := []string{"app.js"}; len(queue) > 0; queue = queue[1:] {
+		resp, js := get(t, srv.URL+"/console/"+queue[0])
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s is imported but answers %d", queue[0], resp.StatusCode)
+			continue
+		}
+		for _, m := range importRE.FindAllStringSubmatch(js, -1) {
+			if !reached[m[1]] {
+				reached[m[1]] = true
+				queue = append(queue, m[1])
+			}
+			if !preloaded[m[1]] {
+				t.Errorf("%s imports %s, which the page does not preload", queue[0], m[1])
+			}
+		}
+	}
+	for _, m := range modules(t) {
+		if !reached[m] {
+			t.Errorf("%s is served but no module imports it", m)
+		}
+		b, err := os.ReadFile(filepath.Join("static", m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > 420 {
+			t.Errorf("%s is %d lines: split it by what it does", m, n)
+		}
+	}
+	for m := range preloaded {
+		if !reached[m] {
+			t.Errorf("the page preloads %s, which no module imports", m)
 		}
 	}
 }
