@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/ratelimit"
 	"github.com/mercamap/relay/internal/signin"
 	"github.com/mercamap/relay/internal/store"
@@ -37,7 +38,8 @@ func codeNotValid() *apiError {
 func tokenNotValid() *apiError { return errUnauthenticated("the token is not valid") }
 
 // accountServed reports whether acct is one of the accounts this replica routes (the
-// file's and the API's): a secret naming another is refused before Redis is asked.
+// file's and the API's): a session token naming another is refused before Redis is
+// asked, a sign-in code once its account's sign-in limit is spent (createSession).
 func (s *Server) accountServed(acct string) bool {
 	m := s.accounts.Load()
 	return m != nil && (*m)[acct]
@@ -151,14 +153,15 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code, ok := signin.Parse(signin.Code, *b.Code)
-	// An account this relay does not serve gets the same answer, before Redis is asked.
-	if !ok || s.opts.Store == nil || !s.accountServed(code.Account) {
+	if !ok || s.opts.Store == nil || !config.ValidID(code.Account) {
 		writeError(w, codeNotValid())
 		return
 	}
 	lim := s.limits.Load()
 	// Codes are 256 random bits, so this bounds the work one account's sign-ins cost,
 	// not guessing; a flood naming one account holds back only that account's sign-ins.
+	// It is spent for an account this relay does not serve too, so neither its 429 nor
+	// its 401 tells an account that exists from one that does not.
 	v, err := s.limiter.Spend(r.Context(), code.Account, 1, ratelimit.Limit{Key: "sign_in:account",
 		What: "sign-ins for an account", Rate: lim.SignInsPerAccount})
 	switch {
@@ -168,6 +171,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	case !v.OK:
 		writeError(w, errExhausted("too many sign-ins for this account; try again later", v.Wait))
+		return
+	case !s.accountServed(code.Account):
+		writeError(w, codeNotValid())
 		return
 	}
 	text, token, err := signin.New(signin.Token, code.Account)

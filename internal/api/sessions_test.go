@@ -423,4 +423,16 @@ func TestASessionKeepsItsAccountsLimitsAndSignInHasItsOwn(t *testing.T) {
 	if tok := signIn(t, r.URL, apitest.Acct2); call(t, "GET", r.URL+"/v1/connectors", tok, "").status != 200 {
 		t.Error("acct_2 could not sign in while acct_1's sign-ins were held back")
 	}
+	// An account no relay serves is held back after as many tries, with the same answers:
+	// a flood of sign-ins cannot tell which accounts exist.
+	for i := range 5 {
+		nobody, _, _ := signin.New(signin.Code, "acct_nobody")
+		a, want := exchangeCode(t, r.URL, nobody), 401
+		if i == 4 {
+			want = 429
+		}
+		if a.status != want {
+			t.Errorf("sign-in %d naming an account nobody serves: %d %s; want %d as for a served one", i+1, a.status, a.body, want)
+		}
+	}
 }

@@ -678,6 +678,10 @@ func (p *parser) checkDestinations(dests []destination.Destination, accountIDs m
 	}
 }
 
+// ValidID reports whether v could name an account or a destination (the checks of
+// checkID): what names none can be refused before anything is looked up.
+func ValidID(v string) bool { return v != "" && len(v) <= maxIDLength && idPattern.MatchString(v) }
+
 // checkID reports an empty or malformed id and returns whether it is usable.
 func (p *parser) checkID(path, v, what string) bool {
 	switch {
