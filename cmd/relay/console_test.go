@@ -47,22 +47,24 @@ const (
 
 // consoleRig is two `relay serve` processes on one Redis and one broker queue, with
 // EventBridge behind an STS that enforces the trust policy the test puts on the role,
-// and a headless Chromium.
+// Pub/Sub (pstest), Kinesis (kinesalite, when asked for) and a headless Chromium.
 type consoleRig struct {
-	t        testing.TB
-	bin      string
-	cfgs     [2]string
-	env      []string
-	apis     [2]string
-	procs    [2]*exec.Cmd
-	logs     [2]*syncBuffer
-	sts      *awstest.STS
-	bus      *awstest.EventBridge
-	exchange string
-	ch       *amqp.Channel
-	key      []byte
-	browser  context.Context
-	shots    string // where screenshots go
+	t          testing.TB
+	bin        string
+	cfgs       [2]string
+	env        []string
+	apis       [2]string
+	procs      [2]*exec.Cmd
+	logs       [2]*syncBuffer
+	sts        *awstest.STS
+	bus        *awstest.EventBridge
+	ps         *pstest.Server
+	kinesalite string // its endpoint, when the rig has Kinesis
+	exchange   string
+	ch         *amqp.Channel
+	key        []byte
+	browser    context.Context
+	shots      string // where screenshots go
 
 	mu      sync.Mutex
 	console []string // page exceptions and console errors, CSP violations among them
@@ -263,17 +265,40 @@ func eventID(i int) string {
 // startConsoleRig starts the rig; extraDestinations are more YAML entries of the
 // destinations list (acct_3, whose tenant is fleet-tenant, has none otherwise).
 func startConsoleRig(t testing.TB, extraDestinations string) *consoleRig {
-	return startConsoleRigWith(t, extraDestinations, "{initial: 20ms, max: 200ms}")
+	return startConsoleRigOf(t, consoleRigOptions{destinations: extraDestinations})
 }
 
 // startConsoleRigWith is startConsoleRig with the delivery.setup_check backoff: a rig of
 // hundreds of destinations that stay pending checks them seldom.
 func startConsoleRigWith(t testing.TB, extraDestinations, setupCheck string) *consoleRig {
+	return startConsoleRigOf(t, consoleRigOptions{destinations: extraDestinations, setupCheck: setupCheck})
+}
+
+// consoleRigOptions: more destinations for the config (YAML entries of its list), the
+// delivery.setup_check backoff, and whether Kinesis is served (by kinesalite, behind a
+// proxy that takes only writes signed with a session the rig's STS handed out).
+type consoleRigOptions struct {
+	destinations, setupCheck string
+	kinesis                  bool
+}
+
+func startConsoleRigOf(t testing.TB, o consoleRigOptions) *consoleRig {
+	if o.setupCheck == "" {
+		o.setupCheck = "{initial: 20ms, max: 200ms}"
+	}
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	r := &consoleRig{t: t, sts: awstest.NewSTS(t), bus: awstest.NewEventBridge(t), bin: buildRelay(t)}
 	r.bus.RequireSessionFrom(r.sts)
 	ps := pstest.NewServer()
 	t.Cleanup(func() { _ = ps.Close() })
+	r.ps = ps
+	kinesisEndpoint := ""
+	if o.kinesis {
+		r.kinesalite = awstest.StartKinesalite(t)
+		proxy := awstest.NewFaultProxy(t, r.kinesalite)
+		proxy.RequireSessionFrom(r.sts)
+		kinesisEndpoint = ", kinesis: " + proxy.URL
+	}
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	r.exchange = "relay-test-console-" + suffix
 	queue := "relay-test-console-" + suffix
@@ -313,7 +338,7 @@ api:
     - {scope: "account:acct_3", token: env:T_ACCT3}
 aws:
   region: us-east-1
-  endpoints: {sts: %s, events: %s}
+  endpoints: {sts: %s, events: %s%s}
   # 20 refused writes in a row disable a card here: each drops its session, and the new
   # one must not wait minutes of production backoff and budget.
   sts_budget: {per_destination: {count: 1000, per: 1m}, per_account: {count: 5000, per: 1m}}
@@ -336,8 +361,8 @@ destinations:
   - {id: orders-topic, account: acct_1, connector: pubsub, project_id: acme-prod, topic_id: relay-events, events: [job.failed]}
   - {id: other-bus, account: acct_2, connector: eventbridge, role_arn: "arn:aws:iam::444455556666:role/relay-delivery",
      bus_arn: "arn:aws:events:us-east-1:444455556666:event-bus/other"}
-%s`, awstest.CallerARN, amqpURL, r.exchange, queue, redisURL, listen, r.sts.URL, r.bus.URL, ps.Addr, setupCheck,
-			consoleRoleARN, consoleRoleARN, extraDestinations)), 0o600); err != nil {
+%s`, awstest.CallerARN, amqpURL, r.exchange, queue, redisURL, listen, r.sts.URL, r.bus.URL, kinesisEndpoint, ps.Addr, o.setupCheck,
+			consoleRoleARN, consoleRoleARN, o.destinations)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		r.cfgs[i] = cfg

@@ -153,3 +153,57 @@ func TestEveryModuleIsImportedPreloadedAndShort(t *testing.T) {
 		}
 	}
 }
+
+// wordKeys are the keys of one language's words file.
+func wordKeys(t *testing.T, file string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("static", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  (?:'([\w-]+)'|(\w+)): `).FindAllStringSubmatch(string(b), -1) {
+		keys[m[1]+m[2]] = true
+	}
+	if len(keys) < 100 {
+		t.Fatalf("%s: only %d keys read", file, len(keys))
+	}
+	return keys
+}
+
+// Every word is in English and in Spanish, and every word the modules ask for by name
+// exists (a missing one would show its key on the page).
+func TestEveryWordIsInBothLanguages(t *testing.T) {
+	en, es := wordKeys(t, "words-en.js"), wordKeys(t, "words-es.js")
+	for k := range en {
+		if !es[k] {
+			t.Errorf("%q has no Spanish", k)
+		}
+	}
+	for k := range es {
+		if !en[k] {
+			t.Errorf("%q has no English", k)
+		}
+	}
+	used := regexp.MustCompile(`\bt\('([\w-]+)'[,)]`)
+	for _, m := range modules(t) {
+		b, err := os.ReadFile(filepath.Join("static", m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range used.FindAllStringSubmatch(string(b), -1) {
+			if !en[u[1]] {
+				t.Errorf("%s asks for the word %q, which words-en.js lacks", m, u[1])
+			}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join("static", "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range regexp.MustCompile(`data-i18n="([\w-]+)"`).FindAllStringSubmatch(string(b), -1) {
+		if !en[u[1]] {
+			t.Errorf("index.html asks for the word %q, which words-en.js lacks", u[1])
+		}
+	}
+}

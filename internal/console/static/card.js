@@ -9,13 +9,16 @@ import { askActivate, askDisable, askReplay } from './dialogs.js';
 import { copyable, el, row } from './dom.js';
 import { Follower } from './follow.js';
 import { actionError, formatAge, formatTime, t } from './i18n.js';
+import { askChange, askDelete } from './manage.js';
 import { app, isAdmin } from './state.js';
 
 const chartEvery = 20000; // ms between two reads of a card's chart
 
 export class CardView {
-  constructor(card) {
+  // fresh: the destination was just added here; its card opens on its setup.
+  constructor(card, { fresh = false } = {}) {
     this.card = card;
+    this.fresh = fresh;
     // lag and replayable_from come on the destination calls' cards, not on snapshots
     // or channel events: kept from the last such card, refreshed after a change.
     this.extra = { lag: card.lag ?? null, replayable_from: card.replayable_from ?? null };
@@ -79,19 +82,25 @@ export class CardView {
     if (isAdmin()) {
       buttons.push(el('button', { type: 'button', class: 'disable danger', onclick: () => askDisable(this) }, t('disable')));
     }
-    this.root.replaceChildren(
-      el('header', {},
-        el('h2', {}, c.id),
-        el('span', { class: 'badge status' }),
-        el('span', { class: 'badge live-state' })),
-      el('dl', { class: 'target' }, targetRows(c)),
-      this.stateBox,
-      this.chartBox,
-      el('div', { class: 'actions' }, buttons),
-      this.outcomeBox,
-      el('section', { class: 'setup' }, setupBlocks(c)),
-      this.log.element(),
-    );
+    // What the config file defines is changed there (card.managed_by): no Change, no Delete.
+    if (c.managed_by === 'api') {
+      buttons.push(el('button', { type: 'button', class: 'change', onclick: () => askChange(this) }, t('change')),
+        el('button', { type: 'button', class: 'delete danger', onclick: () => askDelete(this) }, t('delete')));
+    }
+    const header = el('header', {},
+      el('h2', { tabindex: '-1' }, c.id),
+      el('span', { class: 'badge status' }),
+      el('span', { class: 'badge live-state' }));
+    const target = el('dl', { class: 'target' }, targetRows(c));
+    const actions = el('div', { class: 'actions' }, buttons);
+    const setup = el('section', { class: 'setup' }, setupBlocks(c));
+    this.root.classList.toggle('fresh', this.fresh);
+    // A card just added opens on what to set up, Send a test right under it: the whole
+    // setup on one screen. Its state, chart and log follow.
+    this.root.replaceChildren(...(this.fresh
+      ? [header, el('p', { class: 'fresh-intro' }, t('freshIntro_' + c.connector)), target, setup, actions, this.outcomeBox,
+        this.stateBox, this.chartBox, this.log.element()]
+      : [header, target, this.stateBox, this.chartBox, actions, this.outcomeBox, setup, this.log.element()]));
     this.renderState();
     this.renderChart();
     if (this.log.open) this.log.render();
@@ -185,7 +194,7 @@ export class CardView {
     q('.activate').disabled = app.down || c.status === 'active';
     q('.test').disabled = app.down || q('.test').dataset.busy === 'true';
     q('.replay').disabled = app.down;
-    if (q('.disable')) q('.disable').disabled = app.down;
+    for (const b of this.root.querySelectorAll('.actions .disable, .actions .change, .actions .delete')) b.disabled = app.down;
     for (const b of this.root.querySelectorAll('.attempts button')) b.disabled = app.down || (b.classList.contains('retry') && c.status !== 'active');
   }
 
@@ -215,6 +224,16 @@ export class CardView {
   // takeCard keeps the lag and replayable_from of a card an action answered.
   takeCard(c) {
     if (c && c.id === this.card.id) this.extra = { lag: c.lag ?? null, replayable_from: c.replayable_from ?? null };
+  }
+
+  // takeDefinition keeps what a change answered that no channel event carries (the
+  // target, the setup), on the card the follower applies events to as well.
+  takeDefinition(c) {
+    if (!c || c.id !== this.card.id) return;
+    for (const card of new Set([this.card, this.follower.card].filter(Boolean))) {
+      for (const k of ['target', 'setup', 'external_id', 'managed_by', 'created_at']) card[k] = c[k];
+    }
+    this.takeCard(c);
   }
 
   async sendTest() {
@@ -285,6 +304,7 @@ function targetRows(c) {
   for (const [k, label] of Object.entries(targetLabels)) {
     if (c.target && c.target[k]) rows.push(row(t(label), el('code', {}, c.target[k])));
   }
+  if (c.managed_by === 'config') rows.push(row(t('managedBy'), el('span', { class: 'managed' }, t('managedByConfig'))));
   return rows;
 }
 
@@ -293,19 +313,19 @@ function targetRows(c) {
 function setupBlocks(c) {
   const s = c.setup || {};
   const json = (v) => JSON.stringify(v, null, 2);
+  const part = (title, ...body) => el('div', { class: 'setup-part' }, el('h3', {}, title), ...body);
   if (c.connector === 'pubsub') {
     return [
-      el('h3', {}, t('serviceAccount')), copyable(s.service_account || '', 'service-account'),
-      el('h3', {}, t('commands')),
-      (s.commands || []).map((cmd, i) => copyable(cmd, 'command-' + (i + 1), true)),
+      part(t('serviceAccount'), copyable(s.service_account || '', 'service-account')),
+      part(t('commands'), (s.commands || []).map((cmd, i) => copyable(cmd, 'command-' + (i + 1), true))),
     ];
   }
   return [
-    el('h3', {}, t('externalId')), copyable(c.external_id || '', 'external-id'),
-    el('h3', {}, t('ourRole')), copyable(s.principal_arn || '', 'principal-arn'),
-    el('h3', {}, t('trustPolicy')), copyable(json(s.trust_policy), 'trust-policy', true),
-    el('h3', {}, t('permissionsPolicy')), copyable(json(s.permissions_policy), 'permissions-policy', true),
-    el('h3', {}, t('kmsStatement')),
-    s.kms_statement ? copyable(json(s.kms_statement), 'kms-statement', true) : el('p', { class: 'help' }, t('noKms')),
+    part(t('externalId'), copyable(c.external_id || '', 'external-id')),
+    part(t('ourRole'), copyable(s.principal_arn || '', 'principal-arn')),
+    part(t('trustPolicy'), copyable(json(s.trust_policy), 'trust-policy', true)),
+    part(t('permissionsPolicy'), copyable(json(s.permissions_policy), 'permissions-policy', true)),
+    part(t('kmsStatement'),
+      s.kms_statement ? copyable(json(s.kms_statement), 'kms-statement', true) : el('p', { class: 'help' }, t('noKms'))),
   ];
 }

@@ -8,18 +8,34 @@ import { actionError, formatTime, t } from './i18n.js';
 import { connectors } from './state.js';
 
 // openDialog shows the action dialog: a title, a body, and a confirmation that runs
-// onConfirm only when chosen.
-export function openDialog({ title, body, confirm, confirmDisabled = false, onConfirm }) {
+// onConfirm only when chosen, once the dialog closed. With onSubmit instead, the dialog
+// stays open while it runs and closes only when it answers true (a change the API
+// refused stays on screen as typed, its problems beside its fields).
+export function openDialog({ title, body, confirm, confirmDisabled = false, danger = false, onConfirm, onSubmit }) {
   const dialog = $('action-dialog');
+  const button = $('action-confirm');
   $('action-title').textContent = title;
   $('action-body').replaceChildren(...body.flat().filter(Boolean));
   $('action-result').textContent = '';
   $('action-result').dataset.events = '';
-  $('action-confirm').textContent = confirm;
-  $('action-confirm').disabled = confirmDisabled;
+  button.textContent = confirm;
+  button.disabled = confirmDisabled;
+  button.classList.toggle('danger', danger);
   $('action-cancel').textContent = t('cancel');
+  $('action-form').onsubmit = onSubmit ? async (e) => {
+    if (e.submitter && e.submitter.value !== 'confirm') return; // Cancel closes it
+    e.preventDefault();
+    button.disabled = true;
+    let done = false;
+    try {
+      done = await onSubmit();
+    } finally {
+      button.disabled = false;
+    }
+    if (done) dialog.close('confirm');
+  } : null;
   dialog.returnValue = '';
-  dialog.onclose = () => { if (dialog.returnValue === 'confirm') onConfirm(); };
+  dialog.onclose = () => { if (dialog.returnValue === 'confirm' && onConfirm) onConfirm(); };
   dialog.showModal();
 }
 

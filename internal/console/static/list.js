@@ -1,6 +1,8 @@
 // A connector's page: its cards, a page of them at a time, under the status, search and
-// account filters, with one live transport for the page's cards.
+// account filters, with one live transport for the page's cards; a destination just
+// added first, whatever the filters and page.
 
+import { renderAdd } from './add.js';
 import { ApiError, call, token } from './api.js';
 import { CardView } from './card.js';
 import { renderChrome, renderPager, renderSummary, updateLive } from './chrome.js';
@@ -22,6 +24,13 @@ export function route() {
 function showConnector(connector) {
   app.connector = connector;
   app.tokens = [''];
+  app.fresh = null;
+  loadPage();
+}
+
+// showCreated shows the page again with the destination just made at its top.
+export function showCreated(card) {
+  app.fresh = card;
   loadPage();
 }
 
@@ -38,6 +47,8 @@ async function loadPage() {
   $('page').dataset.connector = connector;
   $('page').dataset.ready = 'false';
   renderChrome();
+  renderAdd();
+  $('page-notice').textContent = '';
   $('page-note').textContent = t('loading');
   $('summary').textContent = '';
   const query = { page_size: String(pageSize) };
@@ -60,13 +71,16 @@ async function loadPage() {
   }
   if (load !== app.load) return; // another page was chosen meanwhile
   app.next = list.next_page_token ?? null;
+  let cards = list.destinations;
+  const fresh = app.fresh && app.fresh.connector === connector ? app.fresh : null;
+  if (fresh) cards = [cards.find((c) => c.id === fresh.id) || fresh, ...cards.filter((c) => c.id !== fresh.id)];
   const filtered = app.filters.status || app.filters.q || app.filters.account;
-  $('page-note').textContent = list.destinations.length ? '' : t(filtered ? 'noMatch' : 'noDestinations');
+  $('page-note').textContent = cards.length ? '' : t(filtered ? 'noMatch' : 'noDestinations');
   app.summary = list.summary || null;
   app.matched = list.matched ?? null;
   renderSummary();
-  for (const card of list.destinations) {
-    const v = new CardView(card);
+  for (const card of cards) {
+    const v = new CardView(card, { fresh: !!fresh && card.id === fresh.id });
     app.views.set(card.id, v);
     $('cards').append(v.root);
   }
@@ -77,6 +91,7 @@ async function loadPage() {
   // The browser's own clock: milliseconds from the navigation's start to a drawn page.
   $('page').dataset.readyAt = String(Math.round(performance.now()));
   updateLive();
+  if (fresh) app.views.get(fresh.id).root.querySelector('h2').focus();
   loadCharts([...app.views.values()], load);
 }
 
@@ -95,6 +110,7 @@ export function initList() {
   const filtersChanged = () => {
     app.filters = { status: $('filter-status').value, q: $('search').value.trim(), account: $('filter-account').value.trim() };
     app.tokens = [''];
+    app.fresh = null;
     loadPage();
   };
   $('filter-status').addEventListener('change', filtersChanged);
@@ -108,11 +124,13 @@ export function initList() {
   $('next-page').addEventListener('click', () => {
     if (!app.next) return;
     app.tokens.push(app.next);
+    app.fresh = null;
     loadPage();
   });
   $('prev-page').addEventListener('click', () => {
     if (app.tokens.length <= 1) return;
     app.tokens.pop();
+    app.fresh = null;
     loadPage();
   });
 }

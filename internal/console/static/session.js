@@ -1,6 +1,7 @@
 // Sign-in: the token typed in is checked with the API and kept in this tab only
 // (api.js); signing out forgets it and takes the page away.
 
+import { resetAdd } from './add.js';
 import { call, clearToken, setToken } from './api.js';
 import { $ } from './dom.js';
 import { app, stopPage } from './state.js';
@@ -24,6 +25,7 @@ export function signOut() {
   clearToken();
   app.scope = '';
   stopPage();
+  resetAdd(); // what was typed is not the next one's
   showSignIn();
 }
 

@@ -16,6 +16,7 @@ export const app = {
   next: null, // the shown page's next_page_token
   down: false, // the live connection is down: every action waits for it
   load: 0, // which page load is current (a newer one makes older answers moot)
+  fresh: null, // the card of the destination just added on this page: shown first
 };
 
 export const isAdmin = () => app.scope === 'admin';
