@@ -172,7 +172,7 @@ func (r *consoleRig) addJourney(t *testing.T, j addJourney, from int) {
 	card := `document.querySelector('article[data-id="` + id + `"]')`
 	base := "/v1/connectors/" + j.connector + "/destinations"
 	page := r.tab(r.apis[j.api], say("en-US", "es-ES"))
-	r.signIn(page, consoleAcct3Token)
+	r.signInByLink(page, r.apis[j.api], r.apis[1-j.api], "acct_3") // minted on the other replica
 	if j.connector == "eventbridge" {
 		// What the config file defines says so, and offers neither change nor delete.
 		r.waitLive(page, "platform-bus")

@@ -51,6 +51,7 @@ const (
 type consoleRig struct {
 	t          testing.TB
 	bin        string
+	redisURL   string // the relays' Redis
 	cfgs       [2]string
 	env        []string
 	apis       [2]string
@@ -287,7 +288,7 @@ func startConsoleRigOf(t testing.TB, o consoleRigOptions) *consoleRig {
 		o.setupCheck = "{initial: 20ms, max: 200ms}"
 	}
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
-	r := &consoleRig{t: t, sts: awstest.NewSTS(t), bus: awstest.NewEventBridge(t), bin: buildRelay(t)}
+	r := &consoleRig{t: t, sts: awstest.NewSTS(t), bus: awstest.NewEventBridge(t), bin: buildRelay(t), redisURL: redisURL}
 	r.bus.RequireSessionFrom(r.sts)
 	ps := pstest.NewServer()
 	t.Cleanup(func() { _ = ps.Close() })
@@ -512,6 +513,46 @@ func (r *consoleRig) signIn(ctx context.Context, token string) {
 	// The token is in this tab's sessionStorage and in no URL.
 	if u := r.evalString(ctx, `location.href`); strings.Contains(u, token) {
 		r.t.Errorf("the token is in the URL %s", u)
+	}
+}
+
+// mintLink asks api, as the platform's backend (an admin token), for a sign-in link of
+// account: its URL.
+func (r *consoleRig) mintLink(api, account string) string {
+	r.t.Helper()
+	a := httpSend(r.t.(*testing.T), http.MethodPost, api+"/v1/accounts/"+account+"/sign-in-links", consoleAdminToken, "")
+	var link struct {
+		URL string `json:"url"`
+	}
+	if a.status != http.StatusCreated || json.Unmarshal([]byte(a.body), &link) != nil || !strings.Contains(link.URL, "/console/#code=") {
+		r.t.Fatalf("sign-in link for %s: %d %s", account, a.status, a.body)
+	}
+	return link.URL
+}
+
+// signInByLink opens, in a tab on the console of api, a sign-in link of account minted
+// on mintAPI: the customer's way in. Both replicas stand behind one public address (as
+// api.public_url names it), so the link is opened on the tab's own. The page exchanges
+// the code, takes it out of the address bar and shows when the session ends.
+func (r *consoleRig) signInByLink(ctx context.Context, api, mintAPI, account string) {
+	r.t.Helper()
+	_, fragment, _ := strings.Cut(r.mintLink(mintAPI, account), console.Prefix)
+	r.openLink(ctx, api+console.Prefix+fragment)
+}
+
+// openLink opens a sign-in link in the tab, which must sign in (see signInByLink).
+func (r *consoleRig) openLink(ctx context.Context, link string) {
+	r.t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Navigate(link)); err != nil {
+		r.t.Fatal(err)
+	}
+	r.waitJS(ctx, `document.getElementById('page').dataset.ready === 'true' && document.getElementById('page').dataset.connector === 'eventbridge'`, "the EventBridge page after the sign-in link")
+	_, code, _ := strings.Cut(link, "#code=")
+	if u := r.evalString(ctx, `location.href`); strings.Contains(u, code) || strings.Contains(u, "code=") {
+		r.t.Errorf("the sign-in link's code is still in the address bar: %s", u)
+	}
+	if r.evalString(ctx, `document.getElementById('who').dataset.sessionEnds ?? ''`) == "" {
+		r.t.Errorf("the page does not say when the session ends: %q", r.evalString(ctx, `document.getElementById('who').textContent`))
 	}
 }
 

@@ -14,8 +14,16 @@ import { renderChrome } from './chrome.js';
 import { $ } from './dom.js';
 import { language, setLanguage, t } from './i18n.js';
 import { initList, route, showCreated } from './list.js';
-import { showSignIn, signIn, signOut } from './session.js';
+import { linkCode, showSignIn, signIn, signInByLink, signOut } from './session.js';
 import { app } from './state.js';
+
+// byLink signs in with a sign-in link's code: the page opened on the link, or the link
+// pasted into a tab the console already has open.
+function byLink(code) {
+  // Every bad code gets the API's one 401 (no oracle): said here in the page's language.
+  signInByLink(code).then(() => { location.hash = '#/eventbridge'; },
+    (err) => showSignIn(err.status === 401 ? t('linkNotValid') : t('linkFailed', { message: err.message })));
+}
 
 function init() {
   setLanguage(language());
@@ -39,11 +47,20 @@ function init() {
     if (!location.hash) location.hash = '#/eventbridge';
     else route();
   });
-  $('signout').addEventListener('click', signOut);
+  $('signout').addEventListener('click', () => signOut(t('signedOut')));
   initList();
   initAdd(showCreated);
-  window.addEventListener('hashchange', route);
+  window.addEventListener('hashchange', () => {
+    const code = linkCode();
+    if (code) byLink(code);
+    else route();
+  });
   renderChrome();
+  const code = linkCode();
+  if (code) {
+    byLink(code);
+    return;
+  }
   if (!token()) {
     showSignIn();
     return;

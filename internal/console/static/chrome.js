@@ -19,6 +19,13 @@ export function renderChrome() {
   if (app.scope) {
     const scope = isAdmin() ? t('scopeAdmin') : t('scopeAccount', { account: app.scope.replace(/^account:/, '') });
     $('who').textContent = t('signedInAs', { scope });
+    if (app.sessionEnds) {
+      const ends = new Date(app.sessionEnds).toLocaleString(language(), { dateStyle: 'medium', timeStyle: 'short' });
+      $('who').textContent += ' · ' + t('sessionEnds', { time: ends });
+      $('who').dataset.sessionEnds = app.sessionEnds;
+    } else {
+      delete $('who').dataset.sessionEnds;
+    }
   }
   updateLive();
 }

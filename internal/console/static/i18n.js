@@ -3,6 +3,7 @@
 // user chose another with the switch (kept in localStorage: it is not a secret).
 
 import { ApiError } from './api.js';
+import { app } from './state.js';
 import en from './words-en.js';
 import es from './words-es.js';
 
@@ -65,6 +66,9 @@ export function actionError(err) {
   // fetch throws a TypeError when no answer came (the relay is down or unreachable);
   // a proxy in front answers 502, 503 or 504 without the API's JSON.
   if (!(err instanceof ApiError) || /^HTTP_50[234]$/.test(err.code)) return t('unreachable');
+  // A console session that ended (signed out in another tab, revoked, expired): the
+  // API's sentence says which and what to do.
+  if (err.status === 403 && err.code === 'ACCESS_REVOKED' && app.sessionEnds) return t('sessionRefused', { message: err.message });
   if (err instanceof ApiError && err.status === 403 && (err.code === 'FORBIDDEN' || err.code === 'ACCESS_REVOKED')) {
     return t('notAllowed', { message: err.message });
   }

@@ -62,8 +62,7 @@ async function loadPage() {
     list = await call('GET', '/v1/connectors/' + connector + '/destinations', { query });
   } catch (err) {
     if (err instanceof ApiError && (err.status === 401 || err.code === 'ACCESS_REVOKED')) {
-      signOut();
-      $('signin-error').textContent = t('signInFailed', { message: err.message });
+      signOut(t('signInFailed', { message: err.message }));
       return;
     }
     $('page-note').textContent = actionError(err);

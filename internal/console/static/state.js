@@ -7,6 +7,7 @@ export const connectors = ['eventbridge', 'kinesis', 'pubsub'];
 
 export const app = {
   scope: '', // "admin" or "account:<id>"
+  sessionEnds: '', // a console session's end (RFC 3339), signed in by a link; '' for a token typed in
   disableAfter: 20,
   connector: '',
   views: new Map(), // destination id → CardView of the page shown
