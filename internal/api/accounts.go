@@ -267,6 +267,16 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request, p princip
 		busy(n)
 		return
 	}
+	// Its console sessions and links end first: an account made again under this id must
+	// not find them alive, and a delete that could not end them deletes nothing (ending
+	// them again later is harmless).
+	if s.opts.Store != nil {
+		if err := s.opts.Store.EndSessions(r.Context(), a.ID); err != nil {
+			s.log.Warn("the account's console sessions could not be ended: redis did not answer; nothing deleted", "account", a.ID, "error", err)
+			writeError(w, errUnavailable("the account's console sessions could not be ended (Redis did not answer); nothing was deleted: try again"))
+			return
+		}
+	}
 	switch err := s.opts.Registry.DeleteAccount(r.Context(), a.ID); {
 	case errors.Is(err, registry.ErrBusy):
 		busy(max(1, s.destinationCounts()[a.ID]))
@@ -277,13 +287,6 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	s.waitAccount(r, a.ID, func(_ config.Account, ok bool) bool { return !ok })
-	// Its console sessions and links end too: an account made again under this id
-	// must not find them alive.
-	if s.opts.Store != nil {
-		if err := s.opts.Store.EndSessions(r.Context(), a.ID); err != nil {
-			s.log.Warn("the deleted account's console sessions could not be ended: redis did not answer", "account", a.ID, "error", err)
-		}
-	}
 	s.log.Info("account deleted through the api", "account", a.ID)
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": a.ID})
 }

@@ -110,7 +110,8 @@ func (s *Server) createSignInLink(w http.ResponseWriter, r *http.Request, p prin
 	}
 	expires, err := s.opts.Store.AddSignInCode(r.Context(), a.ID, code.Digest, s.limits.Load().SignInLinkTTL)
 	if err != nil {
-		s.fail(w, r, err)
+		s.log.Warn("a sign-in link could not be minted: redis did not answer", "account", a.ID, "error", err)
+		writeError(w, errUnavailable("the relay could not store the sign-in link (Redis did not answer): try again"))
 		return
 	}
 	s.log.Info("sign-in link minted", "account", a.ID, "expires_at", expires)
@@ -229,7 +230,8 @@ func (s *Server) deleteAccountSessions(w http.ResponseWriter, r *http.Request, p
 		return
 	}
 	if err := s.opts.Store.EndSessions(r.Context(), a.ID); err != nil {
-		s.fail(w, r, err)
+		s.log.Warn("the account's console sessions could not be ended: redis did not answer", "account", a.ID, "error", err)
+		writeError(w, errUnavailable("the account's sessions could not be ended (Redis did not answer): try again"))
 		return
 	}
 	s.endSubscriptions(func(sub *subscription) bool { return sub.p.session && sub.p.account == a.ID })

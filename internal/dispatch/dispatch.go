@@ -155,7 +155,6 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 	// the new definition already in place.
 	d.mu.Lock()
 	prev, reload := d.dests, d.loaded
-	d.loaded = true
 	for id, w := range d.workers {
 		if nd, ok := next[id]; !ok || nd.Fingerprint() != w.dest.Fingerprint() {
 			w.stop() // removed or redefined: the lease round starts it again if it is still ours
@@ -165,8 +164,11 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 	d.mu.Unlock()
 
 	if err := d.ensure(ctx, dests, reload, true); err != nil {
-		return err
+		return err // not loaded yet: a start that tries again announces nothing
 	}
+	d.mu.Lock()
+	d.loaded = true
+	d.mu.Unlock()
 	for id, old := range prev {
 		if _, kept := next[id]; !kept {
 			d.resync(ctx, old, "the destination was removed from config; its state is kept")

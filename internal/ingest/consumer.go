@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,7 +316,9 @@ func (s *subscription) close() {
 	s.stop()
 	s.ch.Close()
 	if s.quarantine != nil {
-		s.quarantine.Close()
+		// Its close waits for the broker's answer, which a blocked connection never
+		// reads until the alarm ends (publisher.go): the handover does not wait for it.
+		go s.quarantine.Close()
 	}
 }
 
@@ -551,12 +554,7 @@ func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) 
 	if pb.appends == nil {
 		pb.appends = make([]store.Append, 0, cap(pb.batch))
 	}
-	type pending struct {
-		i      int
-		reason string
-		dc     *amqp.DeferredConfirmation
-	}
-	var confirms []pending
+	var copies []quarantined
 	for i, d := range batch {
 		if reason := unreadableReason(d.Headers, l.nonce); reason != "" {
 			if err := c.deadLetter(d, reason, "headers the client cannot read"); err != nil {
@@ -574,17 +572,14 @@ func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) 
 			continue
 		}
 		if rej != nil {
-			dc, err := c.quarantine(ctx, l, d, rej)
-			if err != nil {
-				return err
-			}
-			if dc == nil {
+			msg, fits := c.quarantineCopy(l, d, rej)
+			if !fits {
 				if err := c.deadLetter(d, rej.reason, "the quarantine copy would not fit in one frame"); err != nil {
 					return err
 				}
 				pb.rejected[from+i] = true
 			} else {
-				confirms = append(confirms, pending{from + i, rej.reason, dc})
+				copies = append(copies, quarantined{i: from + i, reason: rej.reason, msg: msg})
 			}
 			continue
 		}
@@ -597,19 +592,22 @@ func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) 
 		pb.spans.start(c.opts.Tracer, d, &entry)
 		pb.appends = append(pb.appends, store.Append{Entry: entry, Accounts: accounts})
 	}
-	for _, p := range confirms {
-		select {
-		case <-p.dc.Done():
-		case <-l.gate.whenBlocked():
-			// The copy waits behind the alarm (and may land once it ends: a second copy
-			// then); the original goes now, whole.
+	dcs, err := c.publishCopies(l, pb.batch, copies)
+	if err != nil {
+		return err
+	}
+	for k, p := range copies {
+		dc := dcs[k]
+		if !confirmedOrBlocked(dc, l.gate) {
+			// The copy waits behind the alarm, or was never written (and may land once it
+			// ends: a second copy then); the original goes now, whole.
 			if err := c.deadLetter(pb.batch[p.i], p.reason, blockedWhy); err != nil {
 				return err
 			}
 			pb.rejected[p.i] = true
 			continue
 		}
-		if !p.dc.Acked() {
+		if !dc.Acked() {
 			if err := c.deadLetter(pb.batch[p.i], p.reason, "the broker refused the quarantine copy"); err != nil {
 				return err
 			}
@@ -710,20 +708,80 @@ func (c *Consumer) appendUntilStored(ctx context.Context, appends []store.Append
 	}
 }
 
-// quarantine republishes the whole message, every property kept, with why, to the
-// quarantine exchange. It returns a nil confirmation, publishing nothing, when the copy
-// would not fit in one frame (the broker would close the connection).
-func (c *Consumer) quarantine(ctx context.Context, l link, d amqp.Delivery, rej *rejection) (*amqp.DeferredConfirmation, error) {
-	msg := quarantineCopy(d, rej, c.opts.Topology.Quarantine.MaxBodyBytes)
+// quarantined is a message that failed verification, at index i of its batch, and its
+// quarantine copy.
+type quarantined struct {
+	i      int
+	reason string
+	msg    amqp.Publishing
+}
+
+// quarantineCopy is the copy of d to republish to the quarantine exchange: every
+// property kept, with why. fits is false when the copy would not fit in one frame (the
+// broker would close the connection).
+func (c *Consumer) quarantineCopy(l link, d amqp.Delivery, rej *rejection) (msg amqp.Publishing, fits bool) {
+	msg = quarantineCopy(d, rej, c.opts.Topology.Quarantine.MaxBodyBytes)
 	if size := headerFrameSize(msg); size < 0 || (l.frameMax > 0 && size > l.frameMax) {
-		return nil, nil
-	}
-	dc, err := l.quarantine.PublishWithDeferredConfirmWithContext(context.WithoutCancel(ctx), c.opts.Topology.QuarantineExchange, d.RoutingKey, false, false, msg)
-	if err != nil {
-		return nil, fmt.Errorf("quarantine publish: %w", err)
+		return msg, false
 	}
 	c.opts.Logger.Warn("message quarantined", "reason", rej.reason, "detail", boundDetail(rej.detail), "routing_key", d.RoutingKey, "message_id", d.MessageId)
-	return dc, nil
+	return msg, true
+}
+
+// publishCopies publishes the copies on the quarantine channel and returns each one's
+// confirmation, nil for one not written. The writes run apart from the batch: once the
+// broker blocks the connection a write waits in the socket for as long as the alarm
+// lasts, and the batch then goes on without them (see publisher.go).
+func (c *Consumer) publishCopies(l link, batch []amqp.Delivery, copies []quarantined) ([]*amqp.DeferredConfirmation, error) {
+	if len(copies) == 0 {
+		return nil, nil
+	}
+	var mu sync.Mutex
+	dcs := make([]*amqp.DeferredConfirmation, len(copies))
+	var failed error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for k, p := range copies {
+			dc, err := l.quarantine.PublishWithDeferredConfirm(c.opts.Topology.QuarantineExchange, batch[p.i].RoutingKey, false, false, p.msg)
+			mu.Lock()
+			dcs[k], failed = dc, err
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-written:
+	case <-l.gate.whenBlocked():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if failed != nil {
+		return nil, fmt.Errorf("quarantine publish: %w", failed)
+	}
+	return slices.Clone(dcs), nil
+}
+
+// confirmedOrBlocked waits for dc's confirmation (ack or nack) and reports true once it
+// came, or false when the broker blocks the quarantine connection first (or dc was
+// never written). A confirmation already in hand wins over a block.
+func confirmedOrBlocked(dc *amqp.DeferredConfirmation, gate *flowGate) bool {
+	if dc == nil {
+		return false
+	}
+	select {
+	case <-dc.Done():
+		return true
+	default:
+	}
+	select {
+	case <-dc.Done():
+		return true
+	case <-gate.whenBlocked():
+		return false
+	}
 }
 
 // maxDetail bounds x-relay-detail: the detail can quote what the publisher sent.

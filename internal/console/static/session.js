@@ -34,7 +34,13 @@ export async function signIn(value) {
 // linkCode is the code of a sign-in link (<public url>/console/#code=<code>), or ''.
 // It travels only in the fragment, which no browser sends to a server.
 export function linkCode() {
-  return location.hash.startsWith('#code=') ? decodeURIComponent(location.hash.slice('#code='.length)) : '';
+  if (!location.hash.startsWith('#code=')) return '';
+  const code = location.hash.slice('#code='.length);
+  try {
+    return decodeURIComponent(code) || '-';
+  } catch {
+    return code; // mangled: the relay refuses it like any code it never issued
+  }
 }
 
 // signInByLink exchanges a link's single-use code for a session (POST /v1/sessions, no
@@ -42,6 +48,8 @@ export function linkCode() {
 // answer: a code is worth nothing once tried.
 export async function signInByLink(code) {
   history.replaceState(null, '', location.pathname + location.search);
+  // A tab signed in already: that session ends first, whatever the link turns out to be.
+  if (app.scope) await signOut();
   const resp = await fetch('/v1/sessions', {
     method: 'POST', cache: 'no-store', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code }),
   });
@@ -55,7 +63,7 @@ export async function signOut(message = '') {
   clearTimeout(expiry);
   if (app.sessionEnds) {
     try {
-      await call('DELETE', '/v1/sessions/current');
+      await call('DELETE', '/v1/sessions/current', { signal: AbortSignal.timeout(5000) });
     } catch { /* ended already, or the relay is away: the token is forgotten here all the same */ }
   }
   clearToken();
