@@ -87,20 +87,30 @@ type SessionOpened struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// sessionsOf is the account of the path whose sessions an admin acts on: a 403 (saying
+// forbidden) to any other token, 404 for an unknown account, 409 for a relay without Redis.
+func (s *Server) sessionsOf(w http.ResponseWriter, r *http.Request, p principal, forbidden string) (config.Account, bool) {
+	if !p.admin {
+		writeError(w, errForbidden(forbidden))
+		return config.Account{}, false
+	}
+	a, ok := s.findAccount(w, r)
+	if !ok {
+		return a, false
+	}
+	if s.opts.Store == nil {
+		writeError(w, errConflict("this relay keeps no sessions: it has no Redis"))
+		return a, false
+	}
+	return a, true
+}
+
 // createSignInLink is POST /v1/accounts/{id}/sign-in-links (admin): a code good once
 // within api.sign_in_link_ttl, in a console URL's fragment (a browser never sends it to
 // a server, so it is in no log and no Referer).
 func (s *Server) createSignInLink(w http.ResponseWriter, r *http.Request, p principal) {
-	if !p.admin {
-		writeError(w, errForbidden("only an admin token mints sign-in links"))
-		return
-	}
-	a, ok := s.findAccount(w, r)
+	a, ok := s.sessionsOf(w, r, p, "only an admin token mints sign-in links")
 	if !ok {
-		return
-	}
-	if s.opts.Store == nil {
-		writeError(w, errConflict("this relay keeps no sessions: it has no Redis"))
 		return
 	}
 	text, code, err := signin.New(signin.Code, a.ID)
@@ -217,16 +227,8 @@ func (s *Server) deleteCurrentSession(w http.ResponseWriter, r *http.Request, p 
 // deleteAccountSessions is DELETE /v1/accounts/{id}/sessions (admin): every session of
 // the account ends, and every link not used yet, in one step whatever their number.
 func (s *Server) deleteAccountSessions(w http.ResponseWriter, r *http.Request, p principal) {
-	if !p.admin {
-		writeError(w, errForbidden("only an admin token ends an account's sessions"))
-		return
-	}
-	a, ok := s.findAccount(w, r)
+	a, ok := s.sessionsOf(w, r, p, "only an admin token ends an account's sessions")
 	if !ok {
-		return
-	}
-	if s.opts.Store == nil {
-		writeError(w, errConflict("this relay keeps no sessions: it has no Redis"))
 		return
 	}
 	if err := s.opts.Store.EndSessions(r.Context(), a.ID); err != nil {
