@@ -167,6 +167,9 @@ func (a *apiSource) applyLocked(ctx context.Context, changes []registry.Change) 
 			a.disp.Remove(c.ID)
 			continue
 		}
+		if a.disp.IsMaking(c.ID) {
+			continue // this replica's API is making it, and takes it itself once its old state is gone
+		}
 		nd := c.Record.Destination()
 		if cur, ok := a.disp.Destination(c.ID); ok && cur.Fingerprint() == nd.Fingerprint() && cur.PinnedExternalID == nd.PinnedExternalID {
 			continue // this replica took it already (it made the change): nothing to ensure

@@ -54,6 +54,9 @@ type Destinations interface {
 	// Upsert takes destinations the API made or changed; Delete fences one, calls
 	// unlist (its removal from the registry), and forgets it (dispatch.Dispatcher).
 	Upsert(ctx context.Context, dests ...destination.Destination) error
+	// Making marks a destination this replica's API is creating, until done: its
+	// registry change, read back here, is left to the create (dispatch.Dispatcher.Making).
+	Making(id string) (done func())
 	Delete(ctx context.Context, id string, unlist func(context.Context) error) (dispatch.Change, error)
 }
 

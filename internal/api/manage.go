@@ -162,6 +162,9 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 		rec.ExternalID = destination.NewExternalID() // never derived: a deleted id made again gets a new one
 	}
 	most := s.limits.Load().DestinationsPerAccount - fileCount
+	// From the registry's record to the Upsert below, this replica's follower leaves
+	// the id to this create (it must not start a worker on state Forget then deletes).
+	defer s.opts.Destinations.Making(d.ID)()
 	id, made, err := s.opts.Registry.Create(r.Context(), rec, idem, most)
 	switch {
 	case errors.Is(err, registry.ErrExists):

@@ -34,6 +34,35 @@ func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destinatio
 	return nil
 }
 
+// Making marks id as being made by this replica's API until done is called: the
+// registry's change for it comes back through this replica's follower too, possibly
+// before the API has cleared what an earlier destination of the id left in Redis, and
+// the follower must leave it to the API (IsMaking), whose Upsert takes it once that is
+// done. Without it the follower's worker ran its setup check against state the API then
+// deleted ("no stored state"), and the new destination waited a whole check backoff.
+func (d *Dispatcher) Making(id string) (done func()) {
+	d.mu.Lock()
+	if d.making == nil {
+		d.making = map[string]int{}
+	}
+	d.making[id]++
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		if d.making[id]--; d.making[id] <= 0 {
+			delete(d.making, id)
+		}
+		d.mu.Unlock()
+	}
+}
+
+// IsMaking reports whether this replica's API is making id now (Making).
+func (d *Dispatcher) IsMaking(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.making[id] > 0
+}
+
 // Remove forgets the destinations of ids on this replica: their workers stop at their
 // next step and no lease round takes them again. Their state in Redis is the caller's
 // (Forget, after the delete's fence).

@@ -95,6 +95,8 @@ type Dispatcher struct {
 	// acquiring lets one acquire run at a time (a lease round, a new destination's
 	// take): two at once could each start a worker for the same destination.
 	acquiring sync.Mutex
+	// making counts, by id, the creates this replica's API has under way (Making).
+	making map[string]int
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
