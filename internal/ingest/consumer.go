@@ -184,7 +184,7 @@ func (c *Consumer) session(ctx context.Context) error {
 		}
 	}()
 	for i, q := range queues {
-		parts[i] = &partition{queue: q}
+		parts[i] = &partition{queue: q, yieldNow: make(chan struct{}, 1)}
 		if subs[i], err = c.subscribe(conn, pub, gate, nonce, q); err != nil {
 			return err
 		}
@@ -247,6 +247,9 @@ type partition struct {
 	queue string
 	last  atomic.Int64 // UnixNano of the last batch taken from it; 0 since (re)subscribing
 	yield atomic.Bool  // rebalance asks to hand it to another replica
+	// yieldNow wakes a batches loop waiting for deliveries when rebalance sets yield: a
+	// partition that went quiet right after it was counted hands over all the same.
+	yieldNow chan struct{}
 }
 
 // subscription is one consumer on one queue: its channel (prefetch set), a quarantine
@@ -349,6 +352,10 @@ func (c *Consumer) consume(ctx context.Context, conn, pub *amqp.Connection, gate
 		(*sub).close()
 		p.last.Store(0)
 		p.yield.Store(false)
+		select { // a wake-up left from the handover just made
+		case <-p.yieldNow:
+		default:
+		}
 		c.opts.Metrics.PartitionHandovers.Inc()
 		c.opts.Logger.Info("partition handed over to another replica", "queue", p.queue)
 		s, err := c.subscribe(conn, pub, gate, nonce, p.queue)
@@ -407,6 +414,16 @@ func (c *Consumer) batches(ctx context.Context, p *partition, s *subscription) e
 				return err
 			}
 			continue
+		case <-p.yieldNow:
+			if !p.yield.Load() {
+				continue
+			}
+			if inflight != nil {
+				if err := settle(); err != nil {
+					return err
+				}
+			}
+			return errYield
 		case d, ok := <-s.deliveries:
 			if !ok {
 				err := fmt.Errorf("delivery channel of %q closed by the broker", p.queue)
@@ -513,6 +530,10 @@ func (c *Consumer) rebalance(ctx context.Context, conn *amqp.Connection, parts [
 			}
 			if busy && active > share {
 				p.yield.Store(true)
+				select {
+				case p.yieldNow <- struct{}{}:
+				default:
+				}
 			}
 		}
 		c.opts.Metrics.PartitionsActive.Set(float64(min(active, share)))
