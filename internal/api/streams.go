@@ -237,14 +237,13 @@ func (s *Server) unregister(sub *subscription) {
 // recheckSubscriptions ends every open subscription whose token is no longer valid or
 // no longer allows one of its channels (revoked, scope changed, destination removed).
 func (s *Server) recheckSubscriptions() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for sub := range s.subs {
-		if !s.allowed(sub) {
-			s.log.Info("subscription closed: its token or channel is no longer allowed", "channels", strings.Join(sub.channels, ","))
-			sub.cancel()
+	s.endSubscriptions(func(sub *subscription) bool {
+		if s.allowed(sub) {
+			return false
 		}
-	}
+		s.log.Info("subscription closed: its token or channel is no longer allowed", "channels", strings.Join(sub.channels, ","))
+		return true
+	})
 }
 
 // allowed reports whether sub's token is still valid and still allows its channels.

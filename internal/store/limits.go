@@ -26,9 +26,7 @@ func bucketKey(acct, key string) string { return "relay:{" + acct + "}:rl:" + ke
 // spendScript spends ARGV[1] tokens from every bucket of KEYS, or from none. ARGV then
 // holds each bucket's count and period in milliseconds. It answers {1} when it spent,
 // or {0, wait in ms, the 1-based index of the bucket that waits longest}.
-var spendScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var spendScript = redis.NewScript(luaNow + `
 local n = tonumber(ARGV[1])
 local levels, wait, empty = {}, 0, 0
 for i, key in ipairs(KEYS) do

@@ -323,3 +323,9 @@ local function replay_to(target, logkey, exact)
   return target, '', true
 end
 `
+
+// luaNow sets now to Redis's clock in milliseconds: every replica's scripts agree on it.
+const luaNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`

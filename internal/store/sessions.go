@@ -56,12 +56,6 @@ type Session struct {
 	Ended   string
 }
 
-// luaNow is Redis's clock in milliseconds.
-const luaNow = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-`
-
 // addCodeScript records a code: KEYS code, epoch; ARGV ttl ms. It answers the code's
 // expiry (ms).
 var addCodeScript = redis.NewScript(luaNow + `
