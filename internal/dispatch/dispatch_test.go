@@ -758,3 +758,32 @@ func TestReplicasTakeOverADeadReplicasLeaseEvenWhenOthersHoldTheRest(t *testing.
 		return true
 	})
 }
+
+func TestAStoppingReplicaFreesEveryLeaseForTheNextAtOnce(t *testing.T) {
+	// More leases than one release script takes, so the release spans several calls.
+	var dests []destination.Destination
+	for i := range 600 {
+		dests = append(dests, bus(fmt.Sprintf("d%03d", i), "111122223333"))
+	}
+	r := newRig(t, newTestSink(nil), dests...)
+	r.d.opts.Delivery.LeaseTTL = time.Minute // not waited out within the test
+	r.start()
+	ctx := context.Background()
+	refs := make([]store.Ref, len(dests))
+	for i, d := range dests {
+		refs[i] = store.Ref{Account: acct, ID: d.ID}
+	}
+	waitFor(t, "every lease held by the replica", func() bool {
+		free, err := r.store.LeasesFree(ctx, refs, "another-replica")
+		return err == nil && !slices.Contains(free, true)
+	})
+	r.stop()
+	// Its successor takes every one at once, not after the lease TTL.
+	tokens, err := r.store.AcquireLeases(ctx, refs, "another-replica", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tokens) - len(slices.DeleteFunc(tokens, func(tok int64) bool { return tok != 0 })); n != len(dests) {
+		t.Fatalf("right after the stop the next replica took %d of %d leases", n, len(dests))
+	}
+}

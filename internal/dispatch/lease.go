@@ -183,9 +183,14 @@ func (d *Dispatcher) stopAll() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	held := make([]store.Held, 0, len(workers))
 	for _, w := range workers {
 		<-w.life.finished
-		_ = d.opts.Store.ReleaseLease(ctx, ref(w.dest), d.opts.Owner, w.token)
+		held = append(held, store.Held{Ref: ref(w.dest), Token: w.token})
+	}
+	if err := d.opts.Store.ReleaseLeases(ctx, held, d.opts.Owner); err != nil {
+		// They run out after lease_ttl: the next holder waits that long, nothing more.
+		d.opts.Logger.Warn("leases not released at stop: they run out after the lease TTL", "leases", len(held), "error", err)
 	}
 	d.opts.Metrics.Leases.Set(0)
 }

@@ -53,14 +53,50 @@ func (s *Store) AcquireLease(ctx context.Context, r Ref, owner string, ttl time.
 	return toks[0], nil
 }
 
+// releaseScript gives up leases of one account, many in one call: KEYS[i] is a lease
+// key, ARGV[1] the owner and ARGV[i+1] the token it holds that lease with; a lease
+// another replica took since (or that ran out) is left alone.
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] .. '|' .. ARGV[i + 1] then n = n + redis.call('DEL', KEYS[i]) end
+end
+return n
 `)
 
 // ReleaseLease gives the lease up, if owner still holds it with token.
 func (s *Store) ReleaseLease(ctx context.Context, r Ref, owner string, token int64) error {
-	return releaseScript.Run(ctx, s.rdb, []string{leaseKey(r.Account, r.ID)}, owner+"|"+strconv.FormatInt(token, 10)).Err()
+	return s.ReleaseLeases(ctx, []Held{{Ref: r, Token: token}}, owner)
+}
+
+// Held is a lease a replica holds: the destination and its fencing token.
+type Held struct {
+	Ref
+	Token int64
+}
+
+// ReleaseLeases gives up owner's leases, each only if owner still holds it with its
+// token, in one round trip per Redis master (a script call per account and up to
+// leasesPerCall leases): a replica stopping with 100,000 leases frees them all at once,
+// so its successor need not wait them out.
+func (s *Store) ReleaseLeases(ctx context.Context, leases []Held, owner string) error {
+	var calls []call
+	open := map[string]int{} // account → its call still taking leases
+	for _, l := range leases {
+		c, ok := open[l.Account]
+		if !ok || len(calls[c].keys) >= leasesPerCall {
+			c = len(calls)
+			calls = append(calls, call{args: []any{owner}})
+			open[l.Account] = c
+		}
+		calls[c].keys = append(calls[c].keys, leaseKey(l.Account, l.ID))
+		calls[c].args = append(calls[c].args, l.Token)
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	_, err := s.evalAll(ctx, releaseScript, calls, false)
+	return err
 }
 
 // Heartbeat records owner as a live replica and returns how many replicas are live
