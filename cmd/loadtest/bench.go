@@ -217,7 +217,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&aimsOut, "aims-out", "", "write the aims table to this file instead of stdout (scripts/bench.sh puts it first)")
 	fs.IntVar(&e.rabbitPID, "rabbit-pid", 0, "the broker's pid, to report its CPU per delivery")
 	fs.DurationVar(&e.idleFor, "idle", 5*time.Second, "per row, how long Redis and relay CPU are read with nothing published, after the warm-up")
-	fs.DurationVar(&e.idleLeased, "idle-leased", 15*time.Second, "the same for the 10,000-destination row (the idle aim's): a whole lease_ttl, so every lease renewal falls inside")
+	fs.DurationVar(&e.idleLeased, "idle-leased", 15*time.Second, "the same for the 10,000- and 100,000-destination rows (the idle aims'): a whole lease_ttl, so every lease renewal falls inside")
 	baselineLabel := fs.String("baseline-label", "baseline", "what -baseline-relay is (its git rev), for the report")
 	apiDests := fs.Int("api", 0, "after the rows, make this many destinations through the API (issue 31's rows); 0: none")
 	if err := fs.Parse(args); err != nil {
@@ -460,7 +460,7 @@ destinations:
 	// (what the warm-up's deliveries left to commit is committed by then).
 	if !r.ingestOnly() {
 		idleFor := e.idleFor
-		if r.dests == aimIdleDests {
+		if r.dests == aimIdleDests || r.dests == aimManyDests {
 			idleFor = e.idleLeased
 		}
 		sleepUntil(ctx, time.Now().Add(time.Second))

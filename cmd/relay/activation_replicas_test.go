@@ -104,8 +104,8 @@ func pendingMadeActive(t *testing.T, askOf string, act activation) {
 	var lease string
 	waitUntil(t, 30*time.Second, "a replica holding the lease", func() bool {
 		var err error
-		lease, err = st.Client().Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
-		return err == nil
+		lease, err = leaseOf(st, "acct_1", "orders-bus")
+		return err == nil && lease != ""
 	})
 	var card struct {
 		Status  string              `json:"status"`

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
@@ -394,12 +391,12 @@ func (rs *replicaSet) createTrusted(i int) string {
 }
 
 // apiBusHolder waits for api-bus's lease and returns the replica holding it.
-func (rs *replicaSet) apiBusHolder(rdb redis.UniversalClient) int {
+func (rs *replicaSet) apiBusHolder(st *store.Store) int {
 	t := rs.t
 	t.Helper()
 	var lease string
 	waitUntil(t, 30*time.Second, "a replica to take api-bus's lease", func() bool {
-		lease = rdb.Get(context.Background(), "relay:{acct_1}:lease:api-bus").Val()
+		lease, _ = leaseOf(st, "acct_1", "api-bus")
 		return lease != ""
 	})
 	pid := leasePID(t, lease)
@@ -428,7 +425,7 @@ func TestADeleteWhileTheHolderIsMidWriteIsFencedOnEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	holder := rs.apiBusHolder(st.Client())
+	holder := rs.apiBusHolder(st)
 	before := len(apiBusEntries(t, rs.bus, "api")) // the test event
 	rs.bus.Hold()
 	t.Cleanup(rs.bus.Release)
@@ -472,7 +469,7 @@ func TestTheHolderKilledRightAfterACreateHandsTheNewDestinationOver(t *testing.T
 		t.Fatal(err)
 	}
 	defer st.Close()
-	holder := rs.apiBusHolder(st.Client())
+	holder := rs.apiBusHolder(st)
 	if err := rs.procs[holder].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -338,9 +338,9 @@ func TestReplicaKilledMidStreamHandsItsDestinationOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	holder, err := st.Client().Get(context.Background(), "relay:{acct_1}:lease:orders-bus").Result()
-	if err != nil {
-		t.Fatal(err)
+	holder, err := leaseOf(st, "acct_1", "orders-bus")
+	if err != nil || holder == "" {
+		t.Fatalf("the lease holder: %q, %v", holder, err)
 	}
 	pid := leasePID(t, holder)
 	victim := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
@@ -468,9 +468,9 @@ func (rs *replicaSet) holdWrites(nth int) (rdb redis.UniversalClient, holder, pi
 			return rs.bus.Waiting() == 1 && rs.bus.Requests() == n
 		})
 	}
-	lease, err := rdb.Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
-	if err != nil {
-		t.Fatal(err)
+	lease, err := leaseOf(st, "acct_1", "orders-bus")
+	if err != nil || lease == "" {
+		t.Fatalf("the lease holder: %q, %v", lease, err)
 	}
 	pid = leasePID(t, lease)
 	holder = slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
@@ -500,6 +500,15 @@ func (rs *replicaSet) pauseSaysWriteInFlight(i int, why string) {
 }
 
 // leasePID reads the process id out of a lease value "<host>-<pid>-<rand>|<token>".
+// leaseOf is the live holder of a destination's lease as "owner|token" ("" when none).
+func leaseOf(st *store.Store, acct, id string) (string, error) {
+	owner, token, err := st.LeaseHolder(context.Background(), store.Ref{Account: acct, ID: id})
+	if err != nil || owner == "" {
+		return "", err
+	}
+	return fmt.Sprintf("%s|%d", owner, token), nil
+}
+
 func leasePID(t *testing.T, lease string) int {
 	t.Helper()
 	owner, _, _ := strings.Cut(lease, "|")

@@ -91,9 +91,9 @@ func TestAReplayAskedOfTheReplicaWithoutTheLeaseIsCarriedOutOnceByTheHolder(t *t
 	}
 	defer st.Close()
 	ctx := context.Background()
-	lease, err := st.Client().Get(ctx, "relay:{acct_1}:lease:orders-bus").Result()
-	if err != nil {
-		t.Fatal(err)
+	lease, err := leaseOf(st, "acct_1", "orders-bus")
+	if err != nil || lease == "" {
+		t.Fatalf("the lease holder: %q, %v", lease, err)
 	}
 	pid := leasePID(t, lease)
 	holder := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })

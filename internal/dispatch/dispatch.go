@@ -97,6 +97,9 @@ type Dispatcher struct {
 	acquiring sync.Mutex
 	// making counts, by id, the creates this replica's API has under way (Making).
 	making map[string]int
+	// lastControl is, by hold, the account's control stream's last id at the hold's last
+	// renewal (renew): only the lease round touches it.
+	lastControl map[store.Hold]string
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -128,7 +131,7 @@ func New(opts Options) *Dispatcher {
 	}
 	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{},
 		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
-		feeds: map[string]*feed{}, committers: map[string]*committer{}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
+		feeds: map[string]*feed{}, committers: map[string]*committer{}, lastControl: map[store.Hold]string{}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
 	d.SetAccounts(opts.Accounts)
 	return d
 }

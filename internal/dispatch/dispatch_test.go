@@ -779,11 +779,11 @@ func TestAStoppingReplicaFreesEveryLeaseForTheNextAtOnce(t *testing.T) {
 	})
 	r.stop()
 	// Its successor takes every one at once, not after the lease TTL.
-	tokens, err := r.store.AcquireLeases(ctx, refs, "another-replica", time.Minute)
+	leases, err := r.store.AcquireLeases(ctx, refs, "another-replica", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(tokens) - len(slices.DeleteFunc(tokens, func(tok int64) bool { return tok != 0 })); n != len(dests) {
+	if n := len(leases) - len(slices.DeleteFunc(leases, func(l store.Lease) bool { return l.Token != 0 })); n != len(dests) {
 		t.Fatalf("right after the stop the next replica took %d of %d leases", n, len(dests))
 	}
 }

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"time"
 
@@ -31,32 +32,29 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		}
 		held = append(held, w)
 	}
-	ids := make([]string, 0, len(d.dests))
-	for id := range d.dests {
-		ids = append(ids, id)
-	}
 	d.mu.Unlock()
 
-	// Renew what we hold, in one round trip per master; a lease that came back with
-	// another token (or none) is lost. A renewal that kept the lease makes it ours for
-	// most of ttl from when it was sent, and says whether the state changed.
-	refs := make([]store.Ref, len(held))
-	for i, w := range held {
-		refs[i] = ref(w.dest)
+	d.renew(ctx, held, ttl)
+	d.live.Store(max(live, 1))
+
+	// Nothing to take while this replica holds its share, or every destination: an idle
+	// round walks no destination.
+	d.mu.Lock()
+	share := (len(d.dests) + int(max(live, 1)) - 1) / int(max(live, 1))
+	room := share - len(d.workers)
+	if room <= 0 || len(d.workers) == len(d.dests) {
+		n := len(d.workers)
+		d.mu.Unlock()
+		d.opts.Metrics.Leases.Set(float64(n))
+		return
 	}
-	sent := time.Now()
-	if leases, err := d.opts.Store.RenewLeases(ctx, refs, d.opts.Owner, ttl); err == nil {
-		for i, w := range held {
-			if leases[i].Token != w.token {
-				// Stop it, but keep it listed until it has finished its write in flight:
-				// only then may a new worker (with the new token) start for it.
-				d.opts.Logger.Warn("lease lost", "destination", w.dest.ID)
-				w.stop()
-				continue
-			}
-			w.renewed(sent, ttl, leases[i].Control)
+	ids := make([]string, 0, len(d.dests))
+	for id := range d.dests {
+		if _, ok := d.workers[id]; !ok {
+			ids = append(ids, id)
 		}
 	}
+	d.mu.Unlock()
 
 	// Each replica walks the destinations from its own starting point, so replicas
 	// starting together do not all race for the same ones.
@@ -67,18 +65,84 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		start := int(h.Sum32() % uint32(n))
 		ids = append(ids[start:], ids[:start]...)
 	}
-	share := (len(ids) + int(max(live, 1)) - 1) / int(max(live, 1))
 	d.mu.Lock()
-	var candidates []destination.Destination
+	candidates := make([]destination.Destination, 0, len(ids))
 	for _, id := range ids {
-		if _, ok := d.workers[id]; !ok {
-			candidates = append(candidates, d.dests[id])
+		if dest, ok := d.dests[id]; ok {
+			candidates = append(candidates, dest)
 		}
 	}
-	room := share - len(d.workers)
 	d.mu.Unlock()
-	d.live.Store(max(live, 1))
 	d.acquire(ctx, candidates, room, ttl)
+}
+
+// renew renews this replica's holds of the accounts of held, one script call per
+// account however many of its destinations it holds (store/lease.go). A hold that
+// lapsed stops its workers (another replica may hold their leases now). A renewal
+// that kept a hold makes its leases ours for most of ttl from when it was sent; when
+// the account's control stream moved since the hold's last renewal (or this is its
+// first), its workers compare the destinations' control versions with the state in
+// hand, so a change whose control entry this replica missed is read before any write.
+// Only the lease round (Run's goroutine) calls it: it alone touches d.lastControl.
+func (d *Dispatcher) renew(ctx context.Context, held []*worker, ttl time.Duration) {
+	byHold := map[store.Hold][]*worker{}
+	for _, w := range held {
+		h := store.Hold{Account: w.dest.Account, Gen: w.gen}
+		byHold[h] = append(byHold[h], w)
+	}
+	for h := range d.lastControl {
+		if _, ok := byHold[h]; !ok {
+			delete(d.lastControl, h)
+		}
+	}
+	holds := slices.Collect(maps.Keys(byHold))
+	sent := time.Now()
+	renewals, err := d.opts.Store.RenewHolds(ctx, holds, d.opts.Owner, ttl)
+	if err != nil {
+		return // the leases run out on their own (validUntil) unless the next round renews them
+	}
+	var moved []*worker
+	var movedHolds []int
+	for i, h := range holds {
+		ws := byHold[h]
+		switch last, seen := d.lastControl[h]; {
+		case !renewals[i].Held:
+			// Stop them, but keep them listed until each has finished its write in
+			// flight: only then may a new worker (with a new token) start for it.
+			d.opts.Logger.Warn("leases lost: this replica's hold of the account lapsed", "account", h.Account, "destinations", len(ws))
+			for _, w := range ws {
+				w.stop()
+			}
+			delete(d.lastControl, h)
+		case !seen || last != renewals[i].LastControl:
+			moved = append(moved, ws...)
+			movedHolds = append(movedHolds, i)
+		default:
+			for _, w := range ws {
+				w.renewed(sent, ttl, 0)
+			}
+		}
+	}
+	if len(moved) == 0 {
+		return
+	}
+	refs := make([]store.Ref, len(moved))
+	for i, w := range moved {
+		refs[i] = ref(w.dest)
+	}
+	versions, err := d.opts.Store.ControlVersions(ctx, refs)
+	for i, w := range moved {
+		if err != nil {
+			w.renewed(sent, ttl, 0) // compared at the next round: the stream is not recorded as seen
+			continue
+		}
+		w.renewed(sent, ttl, versions[i])
+	}
+	if err == nil {
+		for _, i := range movedHolds {
+			d.lastControl[holds[i]] = renewals[i].LastControl
+		}
+	}
 }
 
 // take tries, at once, to lease destinations just added here (Upsert), within this
@@ -150,7 +214,7 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 		refs = append(refs, ref(dest))
 	}
 	sent := time.Now()
-	tokens, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl)
+	leases, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl)
 	if err != nil {
 		return
 	}
@@ -158,10 +222,10 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 	defer d.mu.Unlock()
 	for i, dest := range want {
 		current, configured := d.dests[dest.ID]
-		if tokens[i] == 0 || !configured || current.Fingerprint() != dest.Fingerprint() {
+		if leases[i].Token == 0 || !configured || current.Fingerprint() != dest.Fingerprint() {
 			continue // taken by another replica, or the config changed meanwhile
 		}
-		d.addWorker(d.startWorker(ctx, dest, tokens[i], sent.Add(ttl-ttl/10)))
+		d.addWorker(d.startWorker(ctx, dest, leases[i], sent.Add(ttl-ttl/10)))
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
 }
@@ -172,7 +236,8 @@ func (d *Dispatcher) heldCount() int {
 	return len(d.workers)
 }
 
-// stopAll stops every worker (each finishes its write in flight) and releases leases.
+// stopAll stops every worker (each finishes its write in flight) and releases its
+// holds, so every destination it held is free at once.
 func (d *Dispatcher) stopAll() {
 	d.mu.Lock()
 	workers := d.workers
@@ -183,14 +248,14 @@ func (d *Dispatcher) stopAll() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	held := make([]store.Held, 0, len(workers))
+	holds := map[store.Hold]bool{}
 	for _, w := range workers {
 		<-w.life.finished
-		held = append(held, store.Held{Ref: ref(w.dest), Token: w.token})
+		holds[store.Hold{Account: w.dest.Account, Gen: w.gen}] = true
 	}
-	if err := d.opts.Store.ReleaseLeases(ctx, held, d.opts.Owner); err != nil {
+	if err := d.opts.Store.ReleaseHolds(ctx, slices.Collect(maps.Keys(holds)), d.opts.Owner); err != nil {
 		// They run out after lease_ttl: the next holder waits that long, nothing more.
-		d.opts.Logger.Warn("leases not released at stop: they run out after the lease TTL", "leases", len(held), "error", err)
+		d.opts.Logger.Warn("leases not released at stop: they run out after the lease TTL", "accounts", len(holds), "error", err)
 	}
 	d.opts.Metrics.Leases.Set(0)
 }

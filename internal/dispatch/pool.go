@@ -45,8 +45,8 @@ type life struct {
 }
 
 // startWorker makes the worker of a lease just taken and queues its first pass.
-func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64, validUntil time.Time) *worker {
-	w := &worker{d: d, dest: dest, token: token, stale: true, validUntil: validUntil,
+func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, lease store.Lease, validUntil time.Time) *worker {
+	w := &worker{d: d, dest: dest, token: lease.Token, gen: lease.Gen, stale: true, validUntil: validUntil,
 		log: d.opts.Logger.With("destination", dest.ID)}
 	w.life = life{parent: ctx, state: parked, finished: make(chan struct{})}
 	w.ready()

@@ -28,6 +28,7 @@ type worker struct {
 	d     *Dispatcher
 	dest  destination.Destination
 	token int64
+	gen   string       // this replica's hold of the account the lease is part of (store.Hold)
 	life  life         // when it runs, waits, ends (pool.go)
 	log   *slog.Logger // the dispatcher's, with the destination
 

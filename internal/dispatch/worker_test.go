@@ -99,7 +99,7 @@ func TestALostLeaseEndsTheWorkerAndFreesItsSlot(t *testing.T) {
 
 	// Another replica takes the lease while the write is in flight.
 	ctx := context.Background()
-	if err := r.store.Client().Del(ctx, "relay:{"+acct+"}:lease:orders").Err(); err != nil {
+	if err := r.store.Client().HDel(ctx, "relay:{"+acct+"}:holders", r.d.opts.Owner).Err(); err != nil { // its hold ends
 		t.Fatal(err)
 	}
 	if tok, err := r.store.AcquireLease(ctx, store.Ref{Account: acct, ID: "orders"}, "another-replica", time.Minute); err != nil || tok == 0 {

@@ -150,7 +150,11 @@ func TestLeaseAndCommitFenceAcrossAFailover(t *testing.T) {
 
 	// a's lease ends (released here; it would run out the same way): b takes it with a
 	// newer token, and a's commits are fenced off.
-	if err := st.ReleaseLease(ctx, r, "replica-a", tokA); err != nil {
+	held, err := st.AcquireLeases(ctx, []Ref{r}, "replica-a", time.Minute)
+	if err != nil || held[0].Token != tokA {
+		t.Fatalf("a takes its lease again: %+v, %v", held, err)
+	}
+	if err := st.ReleaseHolds(ctx, []Hold{{Account: r.Account, Gen: held[0].Gen}}, "replica-a"); err != nil {
 		t.Fatal(err)
 	}
 	if tokB, err = st.AcquireLease(ctx, r, "replica-b", time.Minute); err != nil {

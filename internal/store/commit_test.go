@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,8 +86,9 @@ func TestABatchOfCommitsRecordsEachInOrderAndRefusesAStaleToken(t *testing.T) {
 // TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream: a pause of a destination
 // whose lease is held returns the holder's token and an ack to wait on, and appends a
 // control entry that a follower of the account reads with its log; the holder's
-// answer (Ack) reaches the asker (WaitAck). The lease renewal returns the control
-// version the pause raised. Without a holder, nothing is awaited.
+// answer (Ack) reaches the asker (WaitAck). The holder's renewal of the account says
+// the control stream moved, and the destination's control version is the one the pause
+// raised. Without a holder, nothing is awaited.
 func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
 	onEachRedis(t, func(t *testing.T, st *Store) {
 		ctx := context.Background()
@@ -95,6 +97,15 @@ func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
 		before, err := st.LoadState(ctx, r)
 		if err != nil {
 			t.Fatal(err)
+		}
+		held, err := st.AcquireLeases(ctx, []Ref{r}, "replica", time.Minute)
+		if err != nil || held[0].Token != token {
+			t.Fatalf("the holder takes its lease again: %+v, %v; want token %d", held, err, token)
+		}
+		hold := []Hold{{Account: r.Account, Gen: held[0].Gen}}
+		was, err := st.RenewHolds(ctx, hold, "replica", time.Minute)
+		if err != nil || !was[0].Held {
+			t.Fatalf("renewal before the pause: %+v, %v", was, err)
 		}
 		at := map[string]FollowPoint{}
 		if at[r.Account], err = st.FollowStart(ctx, r.Account); err != nil {
@@ -112,9 +123,12 @@ func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
 		if ctl.Destination != r.ID || ctl.Kind != ControlStatus || ctl.Ack != res.Ack || ctl.Version <= before.Control {
 			t.Fatalf("control entry %+v", ctl)
 		}
-		leases, err := st.RenewLeases(ctx, []Ref{r}, "replica", time.Minute)
-		if err != nil || leases[0].Token != token || leases[0].Control != ctl.Version {
-			t.Fatalf("renewal: %+v, %v; want token %d and control version %d", leases, err, token, ctl.Version)
+		now, err := st.RenewHolds(ctx, hold, "replica", time.Minute)
+		if err != nil || !now[0].Held || now[0].LastControl == was[0].LastControl {
+			t.Fatalf("renewal after the pause: %+v, %v; want held, the control stream past %q", now, err, was[0].LastControl)
+		}
+		if v, err := st.ControlVersions(ctx, []Ref{r}); err != nil || v[0] != ctl.Version {
+			t.Fatalf("control version: %v, %v; want %d", v, err, ctl.Version)
 		}
 		if err := st.Ack(ctx, r.Account, ctl.Ack, token, true); err != nil {
 			t.Fatal(err)
@@ -140,10 +154,12 @@ func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
 	})
 }
 
-// TestLeasesOfAnAccountAreTakenAndRenewedInFewScriptCalls: 600 leases of one account
-// are taken, then renewed, 256 to a script call (three calls), each answering
-// its own token; another owner gets none of them.
-func TestLeasesOfAnAccountAreTakenAndRenewedInFewScriptCalls(t *testing.T) {
+// TestAReplicasLeasesOfAnAccountAreRenewedInOneScriptCall: 600 leases of one account
+// are taken, 256 to a script call, each with its own token; renewing them is one call,
+// however many there are; another owner gets none while the hold lives, and all of
+// them, with newer tokens, once it is released or has lapsed. A lapsed hold's renewal
+// says so, and its owner takes nothing back that another took.
+func TestAReplicasLeasesOfAnAccountAreRenewedInOneScriptCall(t *testing.T) {
 	onEachRedis(t, func(t *testing.T, st *Store) {
 		ctx := context.Background()
 		acct := "acct_leases" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -165,31 +181,78 @@ func TestLeasesOfAnAccountAreTakenAndRenewedInFewScriptCalls(t *testing.T) {
 			})
 			return n
 		}
-		taken, err := st.RenewLeases(ctx, refs, "replica-a", time.Minute)
+		tokens := func(ls []Lease) []int64 {
+			out := make([]int64, len(ls))
+			for i, l := range ls {
+				out[i] = l.Token
+			}
+			return out
+		}
+		taken, err := st.AcquireLeases(ctx, refs, "replica-a", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := calls() // the script is loaded by now
-		renewed, err := st.RenewLeases(ctx, refs, "replica-a", time.Minute)
-		if err != nil {
+		for i, l := range taken {
+			if l.Token == 0 || l.Gen != taken[0].Gen {
+				t.Fatalf("lease %d: %+v (the first: %+v)", i, l, taken[0])
+			}
+		}
+		hold := []Hold{{Account: acct, Gen: taken[0].Gen}}
+		if _, err := st.RenewHolds(ctx, hold, "replica-a", time.Minute); err != nil { // the script is loaded by now
 			t.Fatal(err)
 		}
-		if n := calls() - before; n != 3 {
-			t.Errorf("renewing 600 leases made %d script calls, want 3 (256 leases a call)", n)
+		before := calls()
+		renewed, err := st.RenewHolds(ctx, hold, "replica-a", time.Minute)
+		if err != nil || !renewed[0].Held {
+			t.Fatalf("renewal: %+v, %v", renewed, err)
+		}
+		if n := calls() - before; n != 1 {
+			t.Errorf("renewing 600 leases of one account made %d script calls, want 1", n)
+		}
+		again, err := st.AcquireLeases(ctx, refs, "replica-a", time.Minute)
+		if err != nil || !slices.Equal(tokens(again), tokens(taken)) {
+			t.Fatalf("the holder taking its leases again changed tokens: %v", err)
+		}
+		if other, err := st.AcquireLeases(ctx, refs[:10], "replica-b", time.Minute); err != nil || slices.ContainsFunc(other, func(l Lease) bool { return l.Token != 0 }) {
+			t.Fatalf("another owner got held leases: %+v, %v", other, err)
+		}
+
+		// Released: another owner takes every one at once, each with a newer token.
+		if err := st.ReleaseHolds(ctx, hold, "replica-a"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := st.AcquireLeases(ctx, refs, "replica-b", 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
 		}
 		for i := range refs {
-			if taken[i].Token == 0 || renewed[i].Token != taken[i].Token {
-				t.Fatalf("lease %d: taken %+v, renewed %+v", i, taken[i], renewed[i])
+			if b[i].Token <= taken[i].Token {
+				t.Fatalf("lease %d after the release: %+v, want a token after %d", i, b[i], taken[i].Token)
 			}
 		}
-		other, err := st.RenewLeases(ctx, refs[:10], "replica-b", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, l := range other {
-			if l.Token != 0 {
-				t.Fatalf("another owner got lease %d: %+v", i, l)
+		// Lapsed: b's hold runs out; a takes them back, newer again, and b's renewal says lost.
+		var a []Lease
+		deadline := time.Now().Add(5 * time.Second)
+		for a == nil || a[0].Token == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("b's hold did not lapse: %+v", a)
 			}
+			time.Sleep(20 * time.Millisecond)
+			if a, err = st.AcquireLeases(ctx, refs, "replica-a", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range refs {
+			if a[i].Token <= b[i].Token {
+				t.Fatalf("lease %d after b lapsed: %+v, want a token after %d", i, a[i], b[i].Token)
+			}
+		}
+		lost, err := st.RenewHolds(ctx, []Hold{{Account: acct, Gen: b[0].Gen}}, "replica-b", time.Minute)
+		if err != nil || lost[0].Held {
+			t.Fatalf("b's renewal of its lapsed hold: %+v, %v; want not held", lost, err)
+		}
+		if back, err := st.AcquireLeases(ctx, refs[:10], "replica-b", time.Minute); err != nil || slices.ContainsFunc(back, func(l Lease) bool { return l.Token != 0 }) {
+			t.Fatalf("b took back leases a holds: %+v, %v", back, err)
 		}
 	})
 }

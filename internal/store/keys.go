@@ -11,10 +11,12 @@ func seenKey(acct, ceID string) string { return "relay:{" + acct + "}:seen:" + c
 // posKey is the account's position hash: n, the ordinal of the log's newest entry (one
 // per entry appended since the index began). ordKey is the ordinal index: under each
 // log entry's id, its ordinal k.
-func posKey(acct string) string       { return "relay:{" + acct + "}:pos" }
-func ordKey(acct string) string       { return "relay:{" + acct + "}:ord" }
-func destKey(acct, id string) string  { return "relay:{" + acct + "}:dest:" + id }
-func leaseKey(acct, id string) string { return "relay:{" + acct + "}:lease:" + id }
+func posKey(acct string) string      { return "relay:{" + acct + "}:pos" }
+func ordKey(acct string) string      { return "relay:{" + acct + "}:ord" }
+func destKey(acct, id string) string { return "relay:{" + acct + "}:dest:" + id }
+
+// holdersKey is the account's lease holders: a hash of owner → "gen|expiry" (lease.go).
+func holdersKey(acct string) string { return "relay:{" + acct + "}:holders" }
 func attemptsKey(acct, id string) string {
 	return "relay:{" + acct + "}:attempts:" + id
 }

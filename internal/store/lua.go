@@ -273,11 +273,11 @@ local function disabled_by(destkey)
 end
 
 -- control tells the destination's lease holder, on whichever replica, that its stored
--- state changed (ControlKinds): it bumps the hash's control version (ctlv, which the
--- lease renewal returns: a holder that missed the stream entry learns it there) and
--- appends to the account's control stream ctlkey, which the holder's log follower reads
--- with the log. ack names a key the asker waits on for the holder's answer ('' none);
--- lease is the lease as stored now ("owner|token", '' none). KEYS[1] is the hash.
+-- state changed (ControlKinds): it bumps the hash's control version (ctlv) and appends
+-- to the account's control stream ctlkey, which the holder's log follower reads with
+-- the log (a holder that missed the entry learns at its next renewal that the stream
+-- moved, and compares ctlv). ack names a key the asker waits on for the holder's answer
+-- ('' none). KEYS[1] is the hash.
 local function control(ctlkey, dest_id, kind, ack)
   local v = redis.call('HINCRBY', KEYS[1], 'ctlv', 1)
   redis.call('XADD', ctlkey, 'MAXLEN', '~', 1000, '*', 'd', dest_id, 'k', kind, 'v', v, 'a', ack or '')

@@ -229,7 +229,7 @@ func (s *Store) EnsureMany(ctx context.Context, es []Ensured, channelRetention t
 	return out, nil
 }
 
-var statusScript = redis.NewScript(luaPrelude + `
+var statusScript = redis.NewScript(luaPrelude + luaHolders + `
 local want, now_ms, cutoff, iso = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local operator, ack = ARGV[10] == '1', ARGV[11]
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -281,7 +281,12 @@ local seq = emit_both(etype, now_ms, cutoff, {destination = ARGV[6], reason = AR
 if want == 'active' then ack = '' end
 control(KEYS[9], ARGV[6], 'status', ack)
 local lease = ''
-if ack ~= '' then lease = redis.call('GET', KEYS[8]) or '' end
+if ack ~= '' then
+  -- The holder named in the hash, while its hold of the account (KEYS[8]) is live.
+  local h = redis.call('HMGET', KEYS[1], 'holder', 'lease_token')
+  local who, gen = split_holder(h[1])
+  if who and live(KEYS[8], who) == gen then lease = who .. '|' .. (h[2] or '0') end
+end
 return {1, seq, lease}
 `)
 
@@ -357,7 +362,7 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 	}
 	r := c.Ref
 	ack := newNoticeID()
-	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account), leaseKey(r.Account, r.ID), ctlKey(r.Account))
+	keys := append(r.chanKeys(), logKey(r.Account), outboxKey(r.Account), holdersKey(r.Account), ctlKey(r.Account))
 	res, err := statusScript.Run(ctx, s.rdb, keys, c.Status, now.UnixMilli(), now.Add(-c.ChannelRetention).UnixMilli(),
 		now.UTC().Format(time.RFC3339Nano), boundText(c.Reason), r.ID, r.Account, r.Connector, noticeID, operator,
 		ack, c.Since, s.boundsArg()).Slice()
@@ -417,6 +422,6 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 // events point at nothing and are served as resync.required, never as the new one's.
 func (s *Store) Forget(ctx context.Context, r Ref) error {
 	ch := DestinationChannel(r.ID)
-	return s.rdb.Del(ctx, destKey(r.Account, r.ID), leaseKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
+	return s.rdb.Del(ctx, destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
 		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)).Err()
 }
