@@ -97,9 +97,13 @@ type Dispatcher struct {
 	acquiring sync.Mutex
 	// making counts, by id, the creates this replica's API has under way (Making).
 	making map[string]int
-	// lastControl is, by hold, the account's control stream's last id at the hold's last
-	// renewal (renew): only the lease round touches it.
-	lastControl map[store.Hold]string
+	// holds are this replica's holds of accounts, each with the workers of its leases
+	// (hold.go; under mu).
+	holds map[store.Hold]*hold
+	// endedWorkers are workers that finished since the last lease round, which unlists
+	// them (under endedMu, which is taken alone: a worker ends holding its own lock).
+	endedMu      sync.Mutex
+	endedWorkers []*worker
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -131,7 +135,7 @@ func New(opts Options) *Dispatcher {
 	}
 	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{},
 		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
-		feeds: map[string]*feed{}, committers: map[string]*committer{}, lastControl: map[store.Hold]string{}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
+		feeds: map[string]*feed{}, committers: map[string]*committer{}, holds: map[store.Hold]*hold{}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
 	d.SetAccounts(opts.Accounts)
 	return d
 }

@@ -23,18 +23,34 @@ func (d *Dispatcher) balance(ctx context.Context) {
 		return
 	}
 
+	// Unlist the workers that ended since the last round (a stopped worker stays listed
+	// until its write in flight is done, so no second worker starts beside it), and free
+	// their leases. Under acquiring: no acquire here takes one back in between, which
+	// the release would then free under its new worker.
+	d.acquiring.Lock()
+	d.endedMu.Lock()
+	ended := d.endedWorkers
+	d.endedWorkers = nil
+	d.endedMu.Unlock()
+	var free []store.Held
 	d.mu.Lock()
-	var held []*worker
-	for _, w := range d.workers {
-		if w.done() {
-			d.removeWorker(w)
-			continue
+	for _, w := range ended {
+		d.removeWorker(w)
+		if _, again := d.workers[w.dest.ID]; !again {
+			free = append(free, store.Held{Ref: ref(w.dest), Gen: w.holding.key.Gen})
 		}
-		held = append(held, w)
 	}
+	holds := slices.Collect(maps.Values(d.holds))
 	d.mu.Unlock()
+	// What ended here without a successor is free at once for any replica: the hold
+	// that named it lives on with this replica's other leases of the account.
+	if err := d.opts.Store.ReleaseLeases(ctx, free, d.opts.Owner); err != nil {
+		d.opts.Logger.Warn("leases not released: taken again by the next acquire here, or another's once this replica's hold of the account ends",
+			"leases", len(free), "error", err)
+	}
+	d.acquiring.Unlock()
 
-	d.renew(ctx, held, ttl)
+	d.renew(ctx, holds, ttl)
 	d.live.Store(max(live, 1))
 
 	// Nothing to take while this replica holds its share, or every destination: an idle
@@ -76,71 +92,89 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	d.acquire(ctx, candidates, room, ttl)
 }
 
-// renew renews this replica's holds of the accounts of held, one script call per
-// account however many of its destinations it holds (store/lease.go). A hold that
-// lapsed stops its workers (another replica may hold their leases now). A renewal
-// that kept a hold makes its leases ours for most of ttl from when it was sent; when
-// the account's control stream moved since the hold's last renewal (or this is its
-// first), its workers compare the destinations' control versions with the state in
-// hand, so a change whose control entry this replica missed is read before any write.
-// Only the lease round (Run's goroutine) calls it: it alone touches d.lastControl.
-func (d *Dispatcher) renew(ctx context.Context, held []*worker, ttl time.Duration) {
-	byHold := map[store.Hold][]*worker{}
-	for _, w := range held {
-		h := store.Hold{Account: w.dest.Account, Gen: w.gen}
-		byHold[h] = append(byHold[h], w)
+// workerEnded records a worker that finished, for the next lease round to unlist.
+func (d *Dispatcher) workerEnded(w *worker) {
+	d.endedMu.Lock()
+	d.endedWorkers = append(d.endedWorkers, w)
+	d.endedMu.Unlock()
+}
+
+// renew renews this replica's holds, one script call per account however many of its
+// destinations it holds (store/lease.go): a renewal that kept a hold makes all its
+// leases ours for most of ttl from when it was sent, with nothing done per
+// destination. Only three things touch a hold's workers: a hold that lapsed here (its
+// workers parked; they read their state and run again), a hold lost in Redis (its
+// workers stop: another replica may hold their leases now), and an account whose
+// control stream moved since the hold's last renewal, or a hold's first renewal (its
+// workers compare the destinations' control versions with the state in hand, so a
+// change whose control entry this replica missed is read before any write). Only the
+// lease round (Run's goroutine) calls it: it alone touches hold.lastControl.
+func (d *Dispatcher) renew(ctx context.Context, holds []*hold, ttl time.Duration) {
+	if len(holds) == 0 {
+		return
 	}
-	for h := range d.lastControl {
-		if _, ok := byHold[h]; !ok {
-			delete(d.lastControl, h)
-		}
+	keys := make([]store.Hold, len(holds))
+	for i, h := range holds {
+		keys[i] = h.key
 	}
-	holds := slices.Collect(maps.Keys(byHold))
 	sent := time.Now()
-	renewals, err := d.opts.Store.RenewHolds(ctx, holds, d.opts.Owner, ttl)
+	renewals, err := d.opts.Store.RenewHolds(ctx, keys, d.opts.Owner, ttl)
 	if err != nil {
-		return // the leases run out on their own (validUntil) unless the next round renews them
+		return // the leases run out on their own (hold.until) unless the next round renews them
 	}
+	workersOf := func(h *hold) []*worker {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return slices.Collect(maps.Keys(h.workers))
+	}
+	// A hold whose account's control stream moved has its workers compare their
+	// control versions before its leases are extended: a change this replica missed
+	// (a pause at P) is in hand before any write the renewal allows, so no write starts
+	// after an unanswered pause on a renewal Redis ran after it.
 	var moved []*worker
 	var movedHolds []int
+	kept := make([]bool, len(holds))
 	for i, h := range holds {
-		ws := byHold[h]
-		switch last, seen := d.lastControl[h]; {
-		case !renewals[i].Held:
+		if !renewals[i].Held {
+			ws := workersOf(h)
 			// Stop them, but keep them listed until each has finished its write in
 			// flight: only then may a new worker (with a new token) start for it.
-			d.opts.Logger.Warn("leases lost: this replica's hold of the account lapsed", "account", h.Account, "destinations", len(ws))
+			d.opts.Logger.Warn("leases lost: this replica's hold of the account lapsed", "account", h.key.Account, "destinations", len(ws))
 			for _, w := range ws {
 				w.stop()
 			}
-			delete(d.lastControl, h)
-		case !seen || last != renewals[i].LastControl:
-			moved = append(moved, ws...)
+			continue
+		}
+		kept[i] = true
+		if !h.renewedOnce || h.lastControl != renewals[i].LastControl {
+			moved = append(moved, workersOf(h)...)
 			movedHolds = append(movedHolds, i)
-		default:
-			for _, w := range ws {
-				w.renewed(sent, ttl, 0)
+		}
+	}
+	if len(moved) > 0 {
+		refs := make([]store.Ref, len(moved))
+		for i, w := range moved {
+			refs[i] = ref(w.dest)
+		}
+		versions, err := d.opts.Store.ControlVersions(ctx, refs)
+		for _, i := range movedHolds {
+			if err != nil {
+				kept[i] = false // not extended: compared again at the next round
+				continue
+			}
+			holds[i].lastControl, holds[i].renewedOnce = renewals[i].LastControl, true
+		}
+		if err == nil {
+			for i, w := range moved {
+				w.controlAt(versions[i])
 			}
 		}
 	}
-	if len(moved) == 0 {
-		return
-	}
-	refs := make([]store.Ref, len(moved))
-	for i, w := range moved {
-		refs[i] = ref(w.dest)
-	}
-	versions, err := d.opts.Store.ControlVersions(ctx, refs)
-	for i, w := range moved {
-		if err != nil {
-			w.renewed(sent, ttl, 0) // compared at the next round: the stream is not recorded as seen
-			continue
-		}
-		w.renewed(sent, ttl, versions[i])
-	}
-	if err == nil {
-		for _, i := range movedHolds {
-			d.lastControl[holds[i]] = renewals[i].LastControl
+	for i, h := range holds {
+		if kept[i] && h.extend(time.Now(), sent.Add(ttl-ttl/10)) {
+			for _, w := range workersOf(h) {
+				w.regained()
+			}
 		}
 	}
 }
@@ -218,6 +252,7 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 	if err != nil {
 		return
 	}
+	until := sent.Add(ttl - ttl/10)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, dest := range want {
@@ -225,9 +260,23 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 		if leases[i].Token == 0 || !configured || current.Fingerprint() != dest.Fingerprint() {
 			continue // taken by another replica, or the config changed meanwhile
 		}
-		d.addWorker(d.startWorker(ctx, dest, leases[i], sent.Add(ttl-ttl/10)))
+		d.addWorker(d.startWorker(ctx, dest, leases[i].Token, d.holdOf(store.Hold{Account: dest.Account, Gen: leases[i].Gen}, until)))
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
+}
+
+// holdOf returns this replica's hold key; a new one's leases are ours until until (the
+// acquire that named it renewed it in Redis). A hold already listed keeps its time: only
+// a renewal extends it, after its workers compared their control versions (renew).
+// d.mu is held.
+func (d *Dispatcher) holdOf(key store.Hold, until time.Time) *hold {
+	h := d.holds[key]
+	if h == nil {
+		h = &hold{key: key, workers: map[*worker]struct{}{}}
+		h.extend(time.Now(), until)
+		d.holds[key] = h
+	}
+	return h
 }
 
 func (d *Dispatcher) heldCount() int {
@@ -240,20 +289,18 @@ func (d *Dispatcher) heldCount() int {
 // holds, so every destination it held is free at once.
 func (d *Dispatcher) stopAll() {
 	d.mu.Lock()
-	workers := d.workers
-	d.workers, d.accounts = map[string]*worker{}, map[string]map[*worker]struct{}{}
+	workers, holds := d.workers, slices.Collect(maps.Keys(d.holds))
+	d.workers, d.accounts, d.holds = map[string]*worker{}, map[string]map[*worker]struct{}{}, map[store.Hold]*hold{}
 	d.mu.Unlock()
 	for _, w := range workers {
 		w.stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	holds := map[store.Hold]bool{}
 	for _, w := range workers {
 		<-w.life.finished
-		holds[store.Hold{Account: w.dest.Account, Gen: w.gen}] = true
 	}
-	if err := d.opts.Store.ReleaseHolds(ctx, slices.Collect(maps.Keys(holds)), d.opts.Owner); err != nil {
+	if err := d.opts.Store.ReleaseHolds(ctx, holds, d.opts.Owner); err != nil {
 		// They run out after lease_ttl: the next holder waits that long, nothing more.
 		d.opts.Logger.Warn("leases not released at stop: they run out after the lease TTL", "accounts", len(holds), "error", err)
 	}

@@ -45,8 +45,8 @@ type life struct {
 }
 
 // startWorker makes the worker of a lease just taken and queues its first pass.
-func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, lease store.Lease, validUntil time.Time) *worker {
-	w := &worker{d: d, dest: dest, token: lease.Token, gen: lease.Gen, stale: true, validUntil: validUntil,
+func (d *Dispatcher) startWorker(ctx context.Context, dest destination.Destination, token int64, h *hold) *worker {
+	w := &worker{d: d, dest: dest, token: token, holding: h, stale: true,
 		log: d.opts.Logger.With("destination", dest.ID)}
 	w.life = life{parent: ctx, state: parked, finished: make(chan struct{})}
 	w.ready()
@@ -242,6 +242,7 @@ func (w *worker) end() {
 		l.timer = nil
 	}
 	close(l.finished)
+	w.d.workerEnded(w) // unlisted at the next lease round
 	if l.stopped {
 		w.d.kickBalance() // a redefined destination's new worker may start now
 	}

@@ -263,6 +263,7 @@ func (d *Dispatcher) addWorker(w *worker) {
 		signal(d.rewatch)
 	}
 	acct[w] = struct{}{}
+	w.holding.workers[w] = struct{}{}
 }
 
 // removeWorker unlists w; d.mu is held.
@@ -273,6 +274,10 @@ func (d *Dispatcher) removeWorker(w *worker) {
 	delete(d.accounts[w.dest.Account], w)
 	if len(d.accounts[w.dest.Account]) == 0 {
 		delete(d.accounts, w.dest.Account)
+	}
+	delete(w.holding.workers, w)
+	if len(w.holding.workers) == 0 && d.holds[w.holding.key] == w.holding {
+		delete(d.holds, w.holding.key)
 	}
 }
 

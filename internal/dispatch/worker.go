@@ -25,24 +25,23 @@ const readBatch = 64
 // state only when told it changed (a control entry, a newer control version at the
 // lease renewal, a lease that lapsed): nothing is read per write or per second.
 type worker struct {
-	d     *Dispatcher
-	dest  destination.Destination
-	token int64
-	gen   string       // this replica's hold of the account the lease is part of (store.Hold)
-	life  life         // when it runs, waits, ends (pool.go)
-	log   *slog.Logger // the dispatcher's, with the destination
+	d       *Dispatcher
+	dest    destination.Destination
+	token   int64
+	holding *hold        // this replica's hold of the account: the lease lives and lapses with it
+	life    life         // when it runs, waits, ends (pool.go)
+	log     *slog.Logger // the dispatcher's, with the destination
 
 	// fence guards what decides whether a write may start. A write starts only while
 	// the state in hand is current (not stale), no status change halted it, and the
-	// lease is surely still ours (validUntil, on this process's monotonic clock): so a
+	// lease is surely still ours (hold.held, on this process's monotonic clock): so a
 	// pause the API answered stops writes here at once, and a holder that was frozen
 	// past its lease starts none before it has read the state again.
-	fence      sync.Mutex
-	stale      bool      // the stored state changed since it was read: read it before any write
-	halted     bool      // a pause or disable asked for an answer: no write until the state is read
-	writing    bool      // a write is under way
-	validUntil time.Time // the lease is ours until then
-	control    int64     // the control version of the state in hand (store.State.Control)
+	fence   sync.Mutex
+	stale   bool  // the stored state changed since it was read: read it before any write
+	halted  bool  // a pause or disable asked for an answer: no write until the state is read
+	writing bool  // a write is under way
+	control int64 // the control version of the state in hand (store.State.Control)
 
 	// The state in hand, read by the pass that loaded it; only the worker's own turn
 	// touches these.
@@ -93,28 +92,26 @@ func (w *worker) halt() (inFlight bool) {
 	return w.writing
 }
 
-// renewed records a lease renewal sent at sent that kept the lease: it is ours for most
-// of ttl from then. A control version newer than the state in hand (a change whose
-// control entry this replica missed) makes the state stale.
-func (w *worker) renewed(sent time.Time, ttl time.Duration, control int64) {
+// regained tells a worker its lease, which had lapsed, is surely ours again (a renewal
+// of its hold): it reads the state before any write, and runs (it parked when the lease
+// lapsed).
+func (w *worker) regained() {
+	w.markStale()
+	w.ready()
+}
+
+// controlAt tells a worker the destination's control version now: one newer than the
+// state in hand (a change whose control entry this replica missed) makes it stale.
+func (w *worker) controlAt(control int64) {
 	w.fence.Lock()
-	lapsed := !w.leaseHeld(time.Now())
-	w.validUntil = sent.Add(ttl - ttl/10)
-	if control > w.control || lapsed {
+	if control > w.control {
 		w.stale = true
 	}
 	w.fence.Unlock()
-	if lapsed {
-		w.ready() // it parked when its lease lapsed
-	}
 }
 
-// leaseHeld says the lease is surely still ours at now: on the monotonic clock (a
-// frozen process), and on the wall clock too (a machine that was suspended: Linux's
-// monotonic clock stands still meanwhile, the lease in Redis does not). w.fence is held.
-func (w *worker) leaseHeld(now time.Time) bool {
-	return now.Before(w.validUntil) && now.Round(0).Before(w.validUntil.Round(0))
-}
+// leaseHeld says the lease is surely still ours at now.
+func (w *worker) leaseHeld(now time.Time) bool { return w.holding.held(now) }
 
 // startWrite is the write fence: it says whether a write may start now, and marks it
 // under way.

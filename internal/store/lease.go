@@ -106,6 +106,19 @@ if v and string.match(v, '^(.*)|%d+$') == ARGV[2] then return redis.call('HDEL',
 return 0
 `)
 
+// unleaseScript frees destinations of one account that owner's hold gen still names
+// (KEYS destination hashes; ARGV[1] owner, ARGV[1 + i] the gen of KEYS[i]): each is
+// free at once, not only when the whole hold ends.
+var unleaseScript = redis.NewScript(`
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('HGET', KEYS[i], 'holder') == ARGV[1] .. '|' .. ARGV[i + 1] then
+    n = n + redis.call('HDEL', KEYS[i], 'holder')
+  end
+end
+return n
+`)
+
 // freeScript answers, for each destination hash (KEYS[2] on; KEYS[1] the holders hash),
 // 1 when owner (ARGV[1]) may take it now: no live replica holds it, or owner itself
 // does (a worker it stopped for a redefinition: taken back at once, not after the TTL).
@@ -259,6 +272,37 @@ func (s *Store) ReleaseHolds(ctx context.Context, holds []Hold, owner string) er
 		calls[i] = call{keys: []string{holdersKey(h.Account)}, args: []any{owner, h.Gen}}
 	}
 	_, err := s.evalAll(ctx, releaseScript, calls, false)
+	return err
+}
+
+// Held is one destination's lease as its holder knows it: the destination and the gen
+// of the hold it belongs to.
+type Held struct {
+	Ref
+	Gen string
+}
+
+// ReleaseLeases frees leases owner holds while keeping its holds: a destination whose
+// worker ended here (redefined, removed, stopped) is free for any replica at once,
+// while owner's other leases of the account stay. One script call per account and up
+// to leasesPerCall of them, pipelined per master; a lease another took since is left.
+func (s *Store) ReleaseLeases(ctx context.Context, leases []Held, owner string) error {
+	var calls []call
+	open := map[string]int{} // account → its call still taking leases
+	for _, l := range leases {
+		c, ok := open[l.Account]
+		if !ok || len(calls[c].keys) >= leasesPerCall {
+			c = len(calls)
+			calls = append(calls, call{args: []any{owner}})
+			open[l.Account] = c
+		}
+		calls[c].keys = append(calls[c].keys, destKey(l.Account, l.ID))
+		calls[c].args = append(calls[c].args, l.Gen)
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	_, err := s.evalAll(ctx, unleaseScript, calls, false)
 	return err
 }
 
