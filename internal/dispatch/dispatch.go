@@ -104,6 +104,9 @@ type Dispatcher struct {
 	// them (under endedMu, which is taken alone: a worker ends holding its own lock).
 	endedMu      sync.Mutex
 	endedWorkers []*worker
+	// unfreed are leases this replica holds with no worker, to free (freeLeases; under
+	// acquiring).
+	unfreed []store.Held
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.

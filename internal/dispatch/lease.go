@@ -32,22 +32,14 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	ended := d.endedWorkers
 	d.endedWorkers = nil
 	d.endedMu.Unlock()
-	var free []store.Held
 	d.mu.Lock()
 	for _, w := range ended {
 		d.removeWorker(w)
-		if _, again := d.workers[w.dest.ID]; !again {
-			free = append(free, store.Held{Ref: ref(w.dest), Gen: w.holding.key.Gen})
-		}
+		d.unfreed = append(d.unfreed, store.Held{Ref: ref(w.dest), Gen: w.holding.key.Gen})
 	}
 	holds := slices.Collect(maps.Values(d.holds))
 	d.mu.Unlock()
-	// What ended here without a successor is free at once for any replica: the hold
-	// that named it lives on with this replica's other leases of the account.
-	if err := d.opts.Store.ReleaseLeases(ctx, free, d.opts.Owner); err != nil {
-		d.opts.Logger.Warn("leases not released: taken again by the next acquire here, or another's once this replica's hold of the account ends",
-			"leases", len(free), "error", err)
-	}
+	d.freeLeases(ctx)
 	d.acquiring.Unlock()
 
 	d.renew(ctx, holds, ttl)
@@ -90,6 +82,30 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	}
 	d.mu.Unlock()
 	d.acquire(ctx, candidates, room, ttl)
+}
+
+// freeLeases frees the leases this replica holds with no worker listed (d.unfreed): a
+// worker that ended with no successor, a lease an acquire took but did not start. Its
+// hold of the account lives on with its other leases, so unfreed they would stay held
+// by a replica that does not run them. Those freed go to any replica at once; on a
+// Redis error they wait for the next round. d.acquiring is held: no acquire here takes
+// one back meanwhile, which the release would then free under its new worker.
+func (d *Dispatcher) freeLeases(ctx context.Context) {
+	if len(d.unfreed) == 0 {
+		return
+	}
+	d.mu.Lock()
+	free := slices.DeleteFunc(d.unfreed, func(l store.Held) bool {
+		_, running := d.workers[l.ID] // taken back here since: its worker holds it
+		return running
+	})
+	d.mu.Unlock()
+	if err := d.opts.Store.ReleaseLeases(ctx, free, d.opts.Owner); err != nil {
+		d.unfreed = free
+		d.opts.Logger.Warn("leases not released; retried at the next lease round", "leases", len(free), "error", err)
+		return
+	}
+	d.unfreed = nil
 }
 
 // workerEnded records a worker that finished, for the next lease round to unlist.
@@ -173,7 +189,7 @@ func (d *Dispatcher) renew(ctx context.Context, holds []*hold, ttl time.Duration
 	for i, h := range holds {
 		if kept[i] && h.extend(time.Now(), sent.Add(ttl-ttl/10)) {
 			for _, w := range workersOf(h) {
-				w.regained()
+				w.changed()
 			}
 		}
 	}
@@ -250,19 +266,40 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 	sent := time.Now()
 	leases, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl)
 	if err != nil {
+		// The scripts may have run (a WAIT that fell short, one master of several
+		// failing): what they took under a hold listed here would stay held with no
+		// worker while the hold lives. Free them under each gen listed for their account.
+		d.mu.Lock()
+		gens := map[string][]string{}
+		for key := range d.holds {
+			gens[key.Account] = append(gens[key.Account], key.Gen)
+		}
+		for _, dest := range want {
+			for _, gen := range gens[dest.Account] {
+				d.unfreed = append(d.unfreed, store.Held{Ref: ref(dest), Gen: gen})
+			}
+		}
+		d.mu.Unlock()
+		d.freeLeases(ctx)
 		return
 	}
 	until := sent.Add(ttl - ttl/10)
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for i, dest := range want {
 		current, configured := d.dests[dest.ID]
-		if leases[i].Token == 0 || !configured || current.Fingerprint() != dest.Fingerprint() {
-			continue // taken by another replica, or the config changed meanwhile
+		switch {
+		case leases[i].Token == 0:
+			continue // another replica's
+		case !configured || current.Fingerprint() != dest.Fingerprint():
+			// Changed meanwhile: taken, but not started. Freed, or it would stay held.
+			d.unfreed = append(d.unfreed, store.Held{Ref: ref(dest), Gen: leases[i].Gen})
+			continue
 		}
 		d.addWorker(d.startWorker(ctx, dest, leases[i].Token, d.holdOf(store.Hold{Account: dest.Account, Gen: leases[i].Gen}, until)))
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
+	d.mu.Unlock()
+	d.freeLeases(ctx)
 }
 
 // holdOf returns this replica's hold key; a new one's leases are ours until until (the
@@ -288,6 +325,8 @@ func (d *Dispatcher) heldCount() int {
 // stopAll stops every worker (each finishes its write in flight) and releases its
 // holds, so every destination it held is free at once.
 func (d *Dispatcher) stopAll() {
+	d.acquiring.Lock() // no take adds a worker or a hold after the swap
+	defer d.acquiring.Unlock()
 	d.mu.Lock()
 	workers, holds := d.workers, slices.Collect(maps.Keys(d.holds))
 	d.workers, d.accounts, d.holds = map[string]*worker{}, map[string]map[*worker]struct{}{}, map[store.Hold]*hold{}

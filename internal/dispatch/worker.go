@@ -92,14 +92,6 @@ func (w *worker) halt() (inFlight bool) {
 	return w.writing
 }
 
-// regained tells a worker its lease, which had lapsed, is surely ours again (a renewal
-// of its hold): it reads the state before any write, and runs (it parked when the lease
-// lapsed).
-func (w *worker) regained() {
-	w.markStale()
-	w.ready()
-}
-
 // controlAt tells a worker the destination's control version now: one newer than the
 // state in hand (a change whose control entry this replica missed) makes it stale.
 func (w *worker) controlAt(control int64) {
