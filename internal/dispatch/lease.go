@@ -129,12 +129,15 @@ func (d *Dispatcher) renew(ctx context.Context, holds []*hold, ttl time.Duration
 	if len(holds) == 0 {
 		return
 	}
-	keys := make([]store.Hold, len(holds))
+	keys, since := make([]store.Hold, len(holds)), make([]string, len(holds))
 	for i, h := range holds {
 		keys[i] = h.key
+		if h.renewedOnce {
+			since[i] = h.lastControl
+		}
 	}
 	sent := time.Now()
-	renewals, err := d.opts.Store.RenewHolds(ctx, keys, d.opts.Owner, ttl)
+	renewals, err := d.opts.Store.RenewHolds(ctx, keys, since, d.opts.Owner, ttl)
 	if err != nil {
 		return // the leases run out on their own (hold.until) unless the next round renews them
 	}
@@ -162,8 +165,20 @@ func (d *Dispatcher) renew(ctx context.Context, holds []*hold, ttl time.Duration
 			continue
 		}
 		kept[i] = true
-		if !h.renewedOnce || h.lastControl != renewals[i].LastControl {
+		switch r := renewals[i]; {
+		case h.renewedOnce && h.lastControl == r.LastControl:
+			// nothing changed in the account since the last renewal
+		case !h.renewedOnce || r.Every:
 			moved = append(moved, workersOf(h)...)
+			movedHolds = append(movedHolds, i)
+		default: // only the destinations the entries since name
+			d.mu.Lock()
+			for _, id := range r.Changed {
+				if w := d.workers[id]; w != nil && w.holding == h {
+					moved = append(moved, w)
+				}
+			}
+			d.mu.Unlock()
 			movedHolds = append(movedHolds, i)
 		}
 	}

@@ -103,7 +103,7 @@ func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
 			t.Fatalf("the holder takes its lease again: %+v, %v; want token %d", held, err, token)
 		}
 		hold := []Hold{{Account: r.Account, Gen: held[0].Gen}}
-		was, err := st.RenewHolds(ctx, hold, "replica", time.Minute)
+		was, err := st.RenewHolds(ctx, hold, []string{""}, "replica", time.Minute)
 		if err != nil || !was[0].Held {
 			t.Fatalf("renewal before the pause: %+v, %v", was, err)
 		}
@@ -123,12 +123,25 @@ func TestAPauseNamesTheLeaseHolderAndReachesItOnTheControlStream(t *testing.T) {
 		if ctl.Destination != r.ID || ctl.Kind != ControlStatus || ctl.Ack != res.Ack || ctl.Version <= before.Control {
 			t.Fatalf("control entry %+v", ctl)
 		}
-		now, err := st.RenewHolds(ctx, hold, "replica", time.Minute)
-		if err != nil || !now[0].Held || now[0].LastControl == was[0].LastControl {
-			t.Fatalf("renewal after the pause: %+v, %v; want held, the control stream past %q", now, err, was[0].LastControl)
+		now, err := st.RenewHolds(ctx, hold, []string{was[0].LastControl}, "replica", time.Minute)
+		if err != nil || !now[0].Held || now[0].LastControl == was[0].LastControl || now[0].Every || !slices.Equal(now[0].Changed, []string{r.ID}) {
+			t.Fatalf("renewal after the pause: %+v, %v; want held, the control stream past %q naming %s alone", now, err, was[0].LastControl, r.ID)
 		}
 		if v, err := st.ControlVersions(ctx, []Ref{r}); err != nil || v[0] != ctl.Version {
 			t.Fatalf("control version: %v, %v; want %d", v, err, ctl.Version)
+		}
+		// More changes than a renewal names: it says every destination may have changed.
+		for range 300 {
+			if err := st.Notify(ctx, r, ControlCount); err != nil {
+				t.Fatal(err)
+			}
+		}
+		many, err := st.RenewHolds(ctx, hold, []string{now[0].LastControl}, "replica", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !many[0].Every {
+			t.Fatalf("renewal after 300 changes: %+v; want every destination named as changed", many[0])
 		}
 		if err := st.Ack(ctx, r.Account, ctl.Ack, token, true); err != nil {
 			t.Fatal(err)
@@ -198,11 +211,11 @@ func TestAReplicasLeasesOfAnAccountAreRenewedInOneScriptCall(t *testing.T) {
 			}
 		}
 		hold := []Hold{{Account: acct, Gen: taken[0].Gen}}
-		if _, err := st.RenewHolds(ctx, hold, "replica-a", time.Minute); err != nil { // the script is loaded by now
+		if _, err := st.RenewHolds(ctx, hold, []string{""}, "replica-a", time.Minute); err != nil { // the script is loaded by now
 			t.Fatal(err)
 		}
 		before := calls()
-		renewed, err := st.RenewHolds(ctx, hold, "replica-a", time.Minute)
+		renewed, err := st.RenewHolds(ctx, hold, []string{""}, "replica-a", time.Minute)
 		if err != nil || !renewed[0].Held {
 			t.Fatalf("renewal: %+v, %v", renewed, err)
 		}
@@ -263,7 +276,7 @@ func TestAReplicasLeasesOfAnAccountAreRenewedInOneScriptCall(t *testing.T) {
 				t.Fatalf("lease %d after b lapsed: %+v, want a token after %d", i, a[i], b[i].Token)
 			}
 		}
-		lost, err := st.RenewHolds(ctx, []Hold{{Account: acct, Gen: b[0].Gen}}, "replica-b", time.Minute)
+		lost, err := st.RenewHolds(ctx, []Hold{{Account: acct, Gen: b[0].Gen}}, []string{""}, "replica-b", time.Minute)
 		if err != nil || lost[0].Held {
 			t.Fatalf("b's renewal of its lapsed hold: %+v, %v; want not held", lost, err)
 		}

@@ -75,10 +75,13 @@ return out
 `)
 
 // renewScript renews owner's entry of one account if it is still gen's and live: KEYS
-// the holders hash and the account's control stream; ARGV owner, gen, ttl (ms). It
-// answers 1 (renewed) or 0 (lost: everything owner held there may be another's now),
-// and the control stream's last id, so the holder learns of a change it missed without
-// reading every destination. Expired entries of others go.
+// the holders hash and the account's control stream; ARGV owner, gen, ttl (ms), and the
+// stream's last id at the hold's last renewal ('' none). It answers 1 (renewed) or 0
+// (lost: everything owner held there may be another's now); the stream's last id; and
+// what changed since the id given: 1 when it cannot say (more than 256 entries, or the
+// entry given was trimmed, so some went unseen), else 0 and the destinations the entries
+// since name. So a holder learns of a change it missed by reading only the destinations
+// changed. Expired entries of others go.
 var renewScript = redis.NewScript(luaHolders + `
 local owner, gen, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local held = 0
@@ -95,7 +98,25 @@ end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local id = ''
 if last[1] then id = last[1][1] end
-return {held, id}
+local since, every, names = ARGV[4], 0, {}
+if since ~= '' and id ~= since then
+  if #redis.call('XRANGE', KEYS[2], since, since) == 0 then
+    every = 1
+  else
+    local es = redis.call('XRANGE', KEYS[2], '(' .. since, '+', 'COUNT', 257)
+    if #es > 256 then
+      every = 1
+    else
+      for _, e in ipairs(es) do
+        local f = e[2]
+        for j = 1, #f, 2 do
+          if f[j] == 'd' and f[j + 1] ~= '' then names[#names + 1] = f[j + 1] end
+        end
+      end
+    end
+  end
+end
+return {held, id, every, names}
 `)
 
 // releaseScript ends owner's hold of one account (KEYS[1], the holders hash) if it is
@@ -151,8 +172,12 @@ type Hold struct {
 type Renewal struct {
 	Held bool // false: the hold lapsed, every lease of it may be another's now
 	// LastControl is the account's control stream's last id: when it moved since the
-	// last renewal, a change may have been missed (ControlVersions tells which).
+	// last renewal, a change may have been missed. Changed names the destinations the
+	// entries since the id given name; Every says it cannot tell (too many, or some
+	// trimmed unseen): every destination of the hold may have changed.
 	LastControl string
+	Changed     []string
+	Every       bool
 }
 
 // AcquireLease takes the destination's lease for owner, or renews it when owner holds
@@ -235,14 +260,16 @@ func (s *Store) perAccount(ctx context.Context, script *redis.Script, refs []Ref
 }
 
 // RenewHolds renews owner's holds, one script call per account pipelined per master:
-// one call per account however many of its destinations owner holds.
-func (s *Store) RenewHolds(ctx context.Context, holds []Hold, owner string, ttl time.Duration) ([]Renewal, error) {
+// one call per account however many of its destinations owner holds. since[i] is the
+// control stream's last id holds[i]'s last renewal answered ("" none: nothing is said
+// of what changed).
+func (s *Store) RenewHolds(ctx context.Context, holds []Hold, since []string, owner string, ttl time.Duration) ([]Renewal, error) {
 	if len(holds) == 0 {
 		return nil, nil
 	}
 	calls := make([]call, len(holds))
 	for i, h := range holds {
-		calls[i] = call{keys: []string{holdersKey(h.Account), ctlKey(h.Account)}, args: []any{owner, h.Gen, ttl.Milliseconds()}}
+		calls[i] = call{keys: []string{holdersKey(h.Account), ctlKey(h.Account)}, args: []any{owner, h.Gen, ttl.Milliseconds(), since[i]}}
 	}
 	cmds, err := s.evalAll(ctx, renewScript, calls, true)
 	if err != nil {
@@ -251,12 +278,19 @@ func (s *Store) RenewHolds(ctx context.Context, holds []Hold, owner string, ttl 
 	out := make([]Renewal, len(holds))
 	for i, c := range cmds {
 		a, err := c.Slice()
-		if err != nil || len(a) < 2 {
+		if err != nil || len(a) < 4 {
 			return nil, fmt.Errorf("lease renewal of account %s: %v (answer %v)", holds[i].Account, err, a)
 		}
 		held, _ := a[0].(int64)
 		last, _ := a[1].(string)
-		out[i] = Renewal{Held: held == 1, LastControl: last}
+		every, _ := a[2].(int64)
+		out[i] = Renewal{Held: held == 1, LastControl: last, Every: every == 1}
+		names, _ := a[3].([]any)
+		for _, n := range names {
+			if id, ok := n.(string); ok {
+				out[i].Changed = append(out[i].Changed, id)
+			}
+		}
 	}
 	return out, nil
 }
