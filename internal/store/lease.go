@@ -76,7 +76,7 @@ return out
 
 // renewScript renews owner's entry of one account if it is still gen's and live: KEYS
 // the holders hash and the account's control stream; ARGV owner, gen, ttl (ms), and the
-// stream's last id at the hold's last renewal ('' none). It answers 1 (renewed) or 0
+// stream's last id at the hold's last renewal (empty: none). It answers 1 (renewed) or 0
 // (lost: everything owner held there may be another's now); the stream's last id; and
 // what changed since the id given: 1 when it cannot say (more than 256 entries, or the
 // entry given was trimmed, so some went unseen), else 0 and the destinations the entries
