@@ -26,9 +26,11 @@ type hold struct {
 // held says the hold's leases are surely still ours at now: on the monotonic clock (a
 // frozen process), and on the wall clock too (a machine that was suspended: Linux's
 // monotonic clock stands still meanwhile, the hold in Redis does not).
-func (h *hold) held(now time.Time) bool {
-	u := h.until.Load()
-	return u != nil && now.Before(*u) && now.Round(0).Before(u.Round(0))
+func (h *hold) held(now time.Time) bool { return before(now, h.until.Load()) }
+
+// before says now is surely before until (nil: never).
+func before(now time.Time, until *time.Time) bool {
+	return until != nil && now.Before(*until) && now.Round(0).Before(until.Round(0))
 }
 
 // extend makes the leases ours until until (never earlier than they already were), and
@@ -36,7 +38,7 @@ func (h *hold) held(now time.Time) bool {
 func (h *hold) extend(now, until time.Time) (lapsed bool) {
 	for {
 		old := h.until.Load()
-		lapsed = old == nil || !h.held(now)
+		lapsed = !before(now, old) // judged on the time loaded, which the swap below replaces
 		if old != nil && !until.After(*old) {
 			return lapsed
 		}

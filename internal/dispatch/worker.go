@@ -128,11 +128,7 @@ func (w *worker) endWrite() {
 }
 
 // leaseValid says the lease is surely still ours.
-func (w *worker) leaseValid() bool {
-	w.fence.Lock()
-	defer w.fence.Unlock()
-	return w.leaseHeld(time.Now())
-}
+func (w *worker) leaseValid() bool { return w.leaseHeld(time.Now()) }
 
 // load reads the stored state when the one in hand is stale (or was never read).
 func (w *worker) load(ctx context.Context, log *slog.Logger) error {
