@@ -395,10 +395,12 @@ func (rs *replicaSet) apiBusHolder(st *store.Store) int {
 	t := rs.t
 	t.Helper()
 	var lease string
-	waitUntil(t, 30*time.Second, "a replica to take api-bus's lease", func() bool {
+	if !waitFor(30*time.Second, func() bool {
 		lease, _ = leaseOf(st, "acct_1", "api-bus")
 		return lease != ""
-	})
+	}) {
+		t.Fatalf("no replica took api-bus's lease within 30 s\n%s", rs.logTails())
+	}
 	pid := leasePID(t, lease)
 	holder := slices.IndexFunc(rs.procs, func(c *exec.Cmd) bool { return c.Process.Pid == pid })
 	if holder < 0 {
@@ -440,7 +442,7 @@ func TestADeleteWhileTheHolderIsMidWriteIsFencedOnEveryReplica(t *testing.T) {
 	other := 1 - holder
 	del := httpSend(t, http.MethodDelete, rs.apis[other]+"/v1/connectors/eventbridge/destinations/api-bus", replicasAcctToken, "")
 	if del.status != http.StatusOK || !strings.Contains(del.body, `"write_in_flight":true`) {
-		t.Fatalf("delete on replica %d while replica %d's write is held: %d %s; want write_in_flight true", other, holder, del.status, del.body)
+		t.Fatalf("delete on replica %d while replica %d's write is held: %d %s; want write_in_flight true\n%s", other, holder, del.status, del.body, rs.logTails())
 	}
 	rs.bus.Release()
 	waitUntil(t, 30*time.Second, "the held write to land", func() bool { return len(apiBusEntries(t, rs.bus, "api")) > before })

@@ -29,7 +29,7 @@ func (s *Store) AccountStates(ctx context.Context, acct string, ids []string) (m
 	}
 	out := make(map[string]State, len(ids))
 	for i, id := range ids {
-		if len(hs[i].Val()) == 0 {
+		if _, ok := hs[i].Val()["status"]; !ok { // nothing, or only a lease
 			continue
 		}
 		st := stateFrom(hs[i].Val())

@@ -285,3 +285,60 @@ func TestAReplicasLeasesOfAnAccountAreRenewedInOneScriptCall(t *testing.T) {
 		}
 	})
 }
+
+// TestALeaseTakenBeforeACreatesForgetStaysItsHolders: a replica reads the registry's
+// record of a new destination and takes its lease before the creating replica's
+// Forget clears what an earlier destination of the id left. The lease stays the first
+// replica's (no second replica takes it), its state reads as none until the create
+// stores it, and a later holder's token is greater than every one given before: no two
+// holders of the id share a token.
+func TestALeaseTakenBeforeACreatesForgetStaysItsHolders(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		r := Ref{Account: "acct_forget" + strconv.FormatInt(time.Now().UnixNano(), 36), ID: "api-bus", Connector: "eventbridge"}
+		old, _ := activeWithLease(t, st, r) // an earlier destination of the id, held by "replica"
+		if err := st.ReleaseLeases(ctx, []Held{{Ref: r, Gen: mustGen(t, st, r, "replica")}}, "replica"); err != nil {
+			t.Fatal(err)
+		}
+		first, err := st.AcquireLeases(ctx, []Ref{r}, "replica-b", time.Minute)
+		if err != nil || first[0].Token <= old {
+			t.Fatalf("replica-b's lease: %+v, %v; want a token past %d", first, err, old)
+		}
+		if err := st.Forget(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.LoadState(ctx, r); !errors.Is(err, ErrUnknownDestination) {
+			t.Fatalf("state after Forget: %v, want ErrUnknownDestination", err)
+		}
+		if owner, tok, err := st.LeaseHolder(ctx, r); err != nil || owner != "replica-b" || tok != first[0].Token {
+			t.Fatalf("holder after Forget: %q %d %v; want replica-b %d", owner, tok, err, first[0].Token)
+		}
+		second, err := st.AcquireLeases(ctx, []Ref{r}, "replica-c", time.Minute)
+		if err != nil || second[0].Token != 0 {
+			t.Fatalf("replica-c took the lease replica-b holds: %+v, %v", second, err)
+		}
+		if _, err := st.Ensure(ctx, r, "ext-2", "fp", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := st.LoadState(ctx, r); err != nil || s.Status != Pending || s.ExternalID != "ext-2" {
+			t.Fatalf("state after the create's Ensure: %+v, %v; want pending with the new ExternalId", s, err)
+		}
+		if err := st.ReleaseLeases(ctx, []Held{{Ref: r, Gen: first[0].Gen}}, "replica-b"); err != nil {
+			t.Fatal(err)
+		}
+		third, err := st.AcquireLeases(ctx, []Ref{r}, "replica-c", time.Minute)
+		if err != nil || third[0].Token <= first[0].Token {
+			t.Fatalf("replica-c's lease once freed: %+v, %v; want a token past %d", third, err, first[0].Token)
+		}
+	})
+}
+
+// mustGen is owner's gen of its hold of r's account, from the destination's holder field.
+func mustGen(t *testing.T, st *Store, r Ref, owner string) string {
+	t.Helper()
+	h, err := st.rdb.HGet(context.Background(), destKey(r.Account, r.ID), "holder").Result()
+	if err != nil || !strings.HasPrefix(h, owner+"|") {
+		t.Fatalf("holder of %s: %q, %v; want %s's", r.ID, h, err, owner)
+	}
+	return strings.TrimPrefix(h, owner+"|")
+}

@@ -107,7 +107,7 @@ func (s *Store) LoadState(ctx context.Context, r Ref) (State, error) {
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return State{}, err
 	}
-	if len(h.Val()) == 0 {
+	if _, ok := h.Val()["status"]; !ok { // nothing, or only a lease (Forget, AcquireLeases)
 		return State{}, ErrUnknownDestination
 	}
 	st := stateFrom(h.Val())
@@ -414,14 +414,31 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 	return seq, err
 }
 
+// forgetScript deletes a destination's keys (KEYS[2] on) and its hash's state (KEYS[1])
+// but the lease's fields: its holder, fencing token and control version.
+var forgetScript = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[1], 'holder', 'lease_token', 'ctlv')
+redis.call('DEL', unpack(KEYS))
+local keep = {}
+if h[1] then keep[#keep + 1] = 'holder'; keep[#keep + 1] = h[1] end
+if h[2] then keep[#keep + 1] = 'lease_token'; keep[#keep + 1] = h[2] end
+if h[3] then keep[#keep + 1] = 'ctlv'; keep[#keep + 1] = h[3] end
+if #keep > 0 then redis.call('HSET', KEYS[1], unpack(keep)) end
+return 0
+`)
+
 // Forget deletes everything Redis holds of one destination of r.Account: its state
-// (the ExternalId with it), lease, channel, attempt log, retries and chart: a deleted
+// (the ExternalId with it), channel, attempt log, retries and chart: a deleted
 // destination's. The account's log and channel stay, and so does the destination
 // channel's counter (a few bytes): a destination made again with the same id numbers
 // its events on from there, so the account channel's pointers to the deleted one's
 // events point at nothing and are served as resync.required, never as the new one's.
+// The lease stays (three small fields): a replica that took a new destination of the
+// id before its create called Forget keeps it, and its fencing token and control
+// version only ever grow, so no two holders of one id share a token. A lease with no
+// destination is freed when its holder's worker ends, or with its holder's hold.
 func (s *Store) Forget(ctx context.Context, r Ref) error {
 	ch := DestinationChannel(r.ID)
-	return s.rdb.Del(ctx, destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
-		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)).Err()
+	return forgetScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
+		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)}).Err()
 }
