@@ -115,6 +115,31 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		ingestTracer, dispatchTracer, stsTracer = tracer, tracer, tracer
 		defer shutdownTracer(tracer, log)
 	}
+	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log, stsTracer, st.Limiter())
+	if err != nil {
+		return err
+	}
+	defer closeSinks()
+	owner := replicaName()
+	// Operator events wait in Redis outboxes until the broker confirms them.
+	outbox := notify.New(notify.Options{URLs: cfg.RabbitMQ.URLs, Exchange: cfg.Delivery.OperatorEventsExchange,
+		Store: st, Consumer: owner, Logger: log.With("component", "notify"), Metrics: notify.NewMetrics(reg)})
+	outbox.SetAccounts(accountIDs(cfg.Accounts))
+	disp := dispatch.New(dispatch.Options{
+		Store:    st,
+		Sinks:    sinks,
+		Delivery: cfg.Delivery,
+		Owner:    owner,
+		Accounts: cfg.Accounts,
+		Outbox:   outbox,
+		Logger:   log.With("component", "dispatch"),
+		// The logs keep what every destination passed for the replay window (trimmed by
+		// dispatch; ingest's LogRetention, the dedup window, bounds everything): replays
+		// reach that far.
+		LogRetention: cfg.LogReplayWindow(),
+		Metrics:      dispatch.NewMetrics(reg),
+		Tracer:       dispatchTracer,
+	})
 	consumer := ingest.New(ingest.Options{
 		URLs: cfg.RabbitMQ.URLs,
 		Topology: ingest.Topology{
@@ -142,33 +167,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		LogRetention: cfg.DedupWindow,
 		Logger:       log.With("component", "ingest"),
 		Metrics:      ingest.NewMetrics(reg),
+		Local:        disp,
 		AfterAppend:  failpoint(e.getenv("RELAY_TEST_FAILPOINT")),
 		Tracer:       ingestTracer,
-	})
-	sinks, closeSinks, err := buildSinks(ctx, cfg, reg, log, stsTracer, st.Limiter())
-	if err != nil {
-		return err
-	}
-	defer closeSinks()
-	owner := replicaName()
-	// Operator events wait in Redis outboxes until the broker confirms them.
-	outbox := notify.New(notify.Options{URLs: cfg.RabbitMQ.URLs, Exchange: cfg.Delivery.OperatorEventsExchange,
-		Store: st, Consumer: owner, Logger: log.With("component", "notify"), Metrics: notify.NewMetrics(reg)})
-	outbox.SetAccounts(accountIDs(cfg.Accounts))
-	disp := dispatch.New(dispatch.Options{
-		Store:    st,
-		Sinks:    sinks,
-		Delivery: cfg.Delivery,
-		Owner:    owner,
-		Accounts: cfg.Accounts,
-		Outbox:   outbox,
-		Logger:   log.With("component", "dispatch"),
-		// The logs keep what every destination passed for the replay window (trimmed by
-		// dispatch; ingest's LogRetention, the dedup window, bounds everything): replays
-		// reach that far.
-		LogRetention: cfg.LogReplayWindow(),
-		Metrics:      dispatch.NewMetrics(reg),
-		Tracer:       dispatchTracer,
 	})
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
 		Logger: log.With("component", "stream")})

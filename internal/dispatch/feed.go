@@ -13,9 +13,10 @@ import (
 const feedMax = 1024
 
 // feed is the stretch of one account's log this replica's follower read last (wake.go),
-// shared by the account's workers: one read of the log for all of them. The entries
-// follow the log id from with nothing left out, so a worker whose cursor lies in that
-// stretch finds exactly what the log holds after it.
+// shared by the account's workers: one read of the log for all of them, and what this
+// replica's own appends added (handoff), which reach the workers without waiting for
+// that read. The entries follow the log id from with nothing left out, so a worker
+// whose cursor lies in that stretch finds exactly what the log holds after it.
 type feed struct {
 	mu      sync.Mutex
 	owner   *follower // the follower filling it; nil: none, nothing is known
@@ -58,11 +59,48 @@ func (f *feed) stop(by *follower) {
 }
 
 // add appends entries by read that follow the feed's last one in the log, keeping the
-// newest feedMax.
+// newest feedMax. Those the feed holds already (an append of this replica handed them
+// over first: handoff) are skipped: the read follows the log from where it started, so
+// what it brings past the feed's last entry follows that entry.
 func (f *feed) add(by *follower, es []store.LogEntry) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.owner != by {
+		return
+	}
+	last := f.last()
+	for len(es) > 0 && store.CompareIDs(es[0].ID, last) <= 0 {
+		es = es[1:]
+	}
+	f.put(es)
+}
+
+// handoff appends the entries an append of this replica just added to the log, when
+// they follow the feed's last entry (after): nothing came between, so the account's
+// workers need not wait for the follower's read of them. It reports whether it took
+// them; when not (another append came between, or the feed is not filled), the
+// follower's read brings them as before.
+func (f *feed) handoff(after string, es []store.LogEntry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.owner == nil || after == "" || after != f.last() {
+		return false
+	}
+	f.put(es)
+	return true
+}
+
+// last is the id of the feed's last entry, or where it starts when it has none.
+func (f *feed) last() string {
+	if n := len(f.entries); n > 0 {
+		return f.entries[n-1].ID
+	}
+	return f.from
+}
+
+// put appends es, keeping the newest feedMax; f.mu is held.
+func (f *feed) put(es []store.LogEntry) {
+	if len(es) == 0 {
 		return
 	}
 	f.entries = append(f.entries, es...)
@@ -90,4 +128,21 @@ func (f *feed) after(cursor string, n int) (es []store.LogEntry, ok bool) {
 		i++
 	}
 	return f.entries[i:min(i+n, len(f.entries)):min(i+n, len(f.entries))], true
+}
+
+// Appended takes what this replica's ingest just added to account logs (store.Run):
+// an account whose workers run here gets the entries into its feed and its workers
+// woken at once, one hop before the follower's read of the same entries (which the feed
+// then skips). A run that does not follow the feed's last entry is left to that read.
+// The log stays the truth: nothing here is kept that the log does not hold.
+func (d *Dispatcher) Appended(runs []store.Run) {
+	for _, r := range runs {
+		d.mu.Lock()
+		f := d.feeds[r.Account]
+		d.mu.Unlock()
+		if f != nil && f.handoff(r.After, r.Entries) {
+			d.opts.Metrics.HandedOver.Add(float64(len(r.Entries)))
+			d.notify(r.Account)
+		}
+	}
 }

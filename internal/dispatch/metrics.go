@@ -22,6 +22,9 @@ type Metrics struct {
 	// Disabled counts destinations disabled, by who: store.DisabledByRejections or
 	// store.DisabledByOperator (the card's disabled.by).
 	Disabled *prometheus.CounterVec
+	// HandedOver counts log entries this replica's ingest handed to its own workers
+	// (Dispatcher.Appended) before the log follower read them.
+	HandedOver prometheus.Counter
 }
 
 // setupReasons are SetupRefused's reasons, each at 0 from the start.
@@ -53,6 +56,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Setup checks that refused a pending destination, by reason: external_id_not_enforced (its role lets a wrong ExternalId in) or setup_incomplete.",
 		}, []string{"reason"}),
 	}
+	m.HandedOver = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relay_log_entries_handed_over_total",
+		Help: "Log entries this replica's ingest handed to its own destinations' workers as it stored them, before the log follower read them back.",
+	})
 	m.Disabled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relay_destinations_disabled_total",
 		Help: "Destinations this replica disabled, by who: rejections (disable_after rejected writes in a row) or operator (an admin's disable, its cascade included).",
@@ -73,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Disabled.WithLabelValues(by)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Deliveries, m.Latency, m.SendTime, m.Leases, m.SetupRefused, m.Disabled)
+		reg.MustRegister(m.Deliveries, m.Latency, m.SendTime, m.Leases, m.SetupRefused, m.Disabled, m.HandedOver)
 	}
 	return m
 }

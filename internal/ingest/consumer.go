@@ -30,6 +30,11 @@ type Router interface {
 	AccountsFor(tenant, source string) []string
 }
 
+// LocalFeed takes the runs of entries an append added to the account logs.
+type LocalFeed interface {
+	Appended([]store.Run)
+}
+
 // Options configure a Consumer.
 type Options struct {
 	URLs         []string // amqp:// URLs, one per node of the cluster (hold a password: never logged)
@@ -47,6 +52,10 @@ type Options struct {
 	// Rebalance is how often a replica with partitions compares the partitions it
 	// consumes with its share (default 10 s); see rebalance.
 	Rebalance time.Duration
+	// Local, when set, is handed what each append added to the account logs, as it is
+	// stored: this process's workers of those accounts deliver it without waiting to
+	// read it back from Redis (dispatch.Dispatcher.Appended).
+	Local LocalFeed
 	// AfterAppend, when set, runs after a batch is in Redis and before it is acked.
 	// Failure drills use it to stop the process in exactly that gap.
 	AfterAppend func()
@@ -713,9 +722,12 @@ func (c *Consumer) appendUntilStored(ctx context.Context, appends []store.Append
 	for {
 		// The append of a batch in hand finishes even while shutting down.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		results, err := c.opts.Store.AppendBatch(actx, appends, c.opts.DedupWindow, c.opts.LogRetention)
+		results, runs, err := c.opts.Store.AppendBatchRuns(actx, appends, c.opts.DedupWindow, c.opts.LogRetention)
 		cancel()
 		if err == nil {
+			if c.opts.Local != nil {
+				c.opts.Local.Appended(runs)
+			}
 			return results, nil
 		}
 		c.opts.Metrics.StoreErrors.Inc()

@@ -148,6 +148,16 @@ type accountAppends struct {
 	acct    string
 	entries []*Entry
 	ids     []*string // where each entry's log id goes ("" for a duplicate)
+	after   string    // the log's last id before the transaction ("": not known)
+}
+
+// Run is what one append added to one account's log: Entries follow the entry After
+// with nothing between them, in log order (a duplicate added nothing; After is "" when
+// the log's last id was not known, so neither is where the run starts).
+type Run struct {
+	Account string
+	After   string
+	Entries []LogEntry
 }
 
 // AppendBatch appends several events in one round trip per Redis master: one
@@ -158,8 +168,17 @@ type accountAppends struct {
 // a NotReplicatedError: nothing may be acked yet). dedup is the lifetime of a ce-id
 // marker; logMaxAge trims each log of entries older than that.
 func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAge time.Duration) ([]Appended, error) {
+	out, _, err := s.AppendBatchRuns(ctx, batch, dedup, logMaxAge)
+	return out, err
+}
+
+// AppendBatchRuns is AppendBatch that also answers, per account, the run of entries it
+// added to the log and the id they follow: a replica that follows the account may take
+// them into memory without reading them back (dispatch's feed), since nothing came
+// between.
+func (s *Store) AppendBatchRuns(ctx context.Context, batch []Append, dedup, logMaxAge time.Duration) ([]Appended, []Run, error) {
 	if len(batch) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	now := s.clock()
 	window, nowMS := strconv.FormatInt(dedup.Milliseconds(), 10), strconv.FormatInt(now.UnixMilli(), 10)
@@ -188,7 +207,7 @@ func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAg
 		m, err := s.masterFor(ctx, logKey(aa.acct))
 		if err != nil {
 			s.refresh(ctx)
-			return nil, fmt.Errorf("append %d events: %w", len(batch), err)
+			return nil, nil, fmt.Errorf("append %d events: %w", len(batch), err)
 		}
 		if _, ok := byMaster[m]; !ok {
 			masters = append(masters, m)
@@ -203,9 +222,21 @@ func (s *Store) AppendBatch(ctx context.Context, batch []Append, dedup, logMaxAg
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		s.refresh(ctx)
-		return nil, fmt.Errorf("append %d events: %w", len(batch), err)
+		return nil, nil, fmt.Errorf("append %d events: %w", len(batch), err)
 	}
-	return out, nil
+	runs := make([]Run, 0, len(accts))
+	for _, aa := range accts {
+		r := Run{Account: aa.acct, After: aa.after}
+		for n, e := range aa.entries {
+			if id := *aa.ids[n]; id != "" {
+				r.Entries = append(r.Entries, LogEntry{ID: id, Entry: *e})
+			}
+		}
+		if len(r.Entries) > 0 {
+			runs = append(runs, r)
+		}
+	}
+	return out, runs, nil
 }
 
 // appendOn runs the transactions of accts on one master in one pipeline, ending in WAIT
@@ -219,6 +250,9 @@ func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*
 		log, held, pos, ord, dd := any(logKey(aa.acct)), any(heldKey(aa.acct)), any(posKey(aa.acct)), any(ordKey(aa.acct)), any(dedupKey(aa.acct))
 		pipe.Do(ctx, "multi")
 		pipe.Do(ctx, "script", "load", gateSource)
+		// The ordinal index's last id is the log's (each transaction's last gate call
+		// indexes its last entry; see gateSource): where this transaction's run starts.
+		pipe.Do(ctx, "xrevrange", ord, "+", "-", "COUNT", 1)
 		prev := any("") // the fingerprint of the event before, for its gate call to index it
 		for _, e := range aa.entries {
 			fp := any(fingerprint(e.EventID))
@@ -250,22 +284,23 @@ func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*
 }
 
 // read sets the log ids from the EXEC reply of aa's transaction: SCRIPT LOAD's answer,
-// then a gate and an XADD answer per entry, then the last gate's.
+// the index's last entry, then a gate and an XADD answer per entry, then the last gate's.
 func (aa *accountAppends) read(exec *redis.Cmd) error {
 	res, err := exec.Slice()
 	if err != nil {
 		return err
 	}
-	if len(res) != 2+2*len(aa.entries) {
-		return fmt.Errorf("transaction of account %s: %d replies, want %d", aa.acct, len(res), 2+2*len(aa.entries))
+	if len(res) != 3+2*len(aa.entries) {
+		return fmt.Errorf("transaction of account %s: %d replies, want %d", aa.acct, len(res), 3+2*len(aa.entries))
 	}
-	for _, v := range []any{res[0], res[len(res)-1]} {
+	for _, v := range []any{res[0], res[1], res[len(res)-1]} {
 		if err, ok := v.(error); ok {
 			return fmt.Errorf("transaction of account %s: %w", aa.acct, err)
 		}
 	}
+	aa.after = lastID(res[1])
 	for n, e := range aa.entries {
-		gate, xadd := res[1+2*n], res[2+2*n]
+		gate, xadd := res[2+2*n], res[3+2*n]
 		if err, ok := gate.(error); ok {
 			return fmt.Errorf("append %s: %w", e.EventID, err)
 		}
@@ -280,6 +315,20 @@ func (aa *accountAppends) read(exec *redis.Cmd) error {
 		*aa.ids[n] = id
 	}
 	return nil
+}
+
+// lastID is the id in an XREVRANGE … COUNT 1 reply; "" for none.
+func lastID(v any) string {
+	es, _ := v.([]any)
+	if len(es) == 0 {
+		return ""
+	}
+	e, _ := es[0].([]any)
+	if len(e) == 0 {
+		return ""
+	}
+	id, _ := e[0].(string)
+	return id
 }
 
 // LogEntry is one entry read back from an account's log.

@@ -97,3 +97,65 @@ func streamInfo(t *testing.T, st *Store, acct string) stream {
 	}
 	return stream{info.Length, info.EntriesAdded, info.LastGeneratedID}
 }
+
+// TestEachAppendSaysWhatItAddedAndTheEntryItFollows: the runs of an append name, per
+// account, the entries it added (duplicates left out) and the log's last id before
+// them, so that the log read back holds the run right after that id; the very first
+// append of a log, whose start is not known, says so ("").
+func TestEachAppendSaysWhatItAddedAndTheEntryItFollows(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		a := "acct_runs_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		b := a + "_b"
+		ev := func(id string, accts ...string) Append {
+			return Append{Entry: Entry{EventID: id, Type: "job.completed", Data: []byte(`{"jobId":"` + id + `"}`)}, Accounts: accts}
+		}
+		_, runs, err := st.AppendBatchRuns(ctx, []Append{ev("ev-1", a)}, time.Hour, time.Hour)
+		if err != nil || len(runs) != 1 || runs[0].After != "" || len(runs[0].Entries) != 1 {
+			t.Fatalf("first append: %+v, %v; want one run of one entry, after nothing known", runs, err)
+		}
+		check := func(runs []Run) {
+			t.Helper()
+			for _, r := range runs {
+				log, err := st.ReadLog(ctx, r.Account, r.After, int64(len(r.Entries)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(log) != len(r.Entries) {
+					t.Fatalf("%s: %d entries after %s, the run has %d", r.Account, len(log), r.After, len(r.Entries))
+				}
+				for i, e := range log {
+					if e.ID != r.Entries[i].ID || e.EventID != r.Entries[i].EventID || string(e.Data) != string(r.Entries[i].Data) {
+						t.Fatalf("%s: the log holds %s %s after %s, the run says %s %s", r.Account, e.ID, e.EventID, r.After, r.Entries[i].ID, r.Entries[i].EventID)
+					}
+				}
+			}
+		}
+		for round := range 3 {
+			n := fmt.Sprint(round)
+			_, runs, err := st.AppendBatchRuns(ctx, []Append{
+				ev("ev-1", a),    // a duplicate: not in the run
+				ev("x-"+n, a, b), // both accounts
+				ev("y-"+n, a),    // a only
+				ev("x-"+n, a, b), // its own duplicate
+				ev("z-"+n, b),    // b only
+			}, time.Hour, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]string{}
+			for _, r := range runs {
+				for _, e := range r.Entries {
+					got[r.Account] = append(got[r.Account], e.EventID)
+				}
+				if r.After == "" && !(r.Account == b && round == 0) {
+					t.Fatalf("round %d: %s's run follows nothing known", round, r.Account)
+				}
+			}
+			if fmt.Sprint(got[a]) != "[x-"+n+" y-"+n+"]" || fmt.Sprint(got[b]) != "[x-"+n+" z-"+n+"]" {
+				t.Fatalf("round %d: runs %v", round, got)
+			}
+			check(runs)
+		}
+	})
+}
