@@ -58,13 +58,9 @@ func (s *Server) accountOut(a config.Account, counts map[string]int, created *ti
 		ManagedBy: managed, Destinations: counts[a.ID], CreatedAt: created}
 }
 
-// destinationCounts counts every destination by account, in one pass.
+// destinationCounts counts every destination by account (kept by the dispatcher).
 func (s *Server) destinationCounts() map[string]int {
-	counts := map[string]int{}
-	for _, d := range s.opts.Destinations.Destinations() {
-		counts[d.Account]++
-	}
-	return counts
+	return s.opts.Destinations.DestinationCounts()
 }
 
 func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request, p principal) {

@@ -30,7 +30,12 @@ import (
 // Destinations is what the API needs of the dispatcher: the configured destinations
 // and the actions on them.
 type Destinations interface {
+	// Destinations is every one, AccountDestinations one account's, both sorted by id
+	// and shared (read-only); DestinationCounts is how many each account has. A request
+	// made with an account's token reads only its account's (dispatch's index).
 	Destinations() []destination.Destination
+	AccountDestinations(acct string) []destination.Destination
+	DestinationCounts() map[string]int
 	Destination(id string) (destination.Destination, bool)
 	// Pause and Activate: operator is true for an admin token. An account may not
 	// change what our operators disabled (dispatch.ErrOperatorDisabled).
@@ -270,12 +275,16 @@ func (s *Server) accountKnown(acct string) bool {
 	if m := s.accounts.Load(); m != nil && (*m)[acct] {
 		return true
 	}
-	for _, d := range s.opts.Destinations.Destinations() {
-		if d.Account == acct {
-			return true
-		}
+	return len(s.opts.Destinations.AccountDestinations(acct)) > 0
+}
+
+// visible is the destinations p may see, sorted by id: an account token's own alone,
+// read without a walk of the others'.
+func (s *Server) visible(p principal) []destination.Destination {
+	if p.admin {
+		return s.opts.Destinations.Destinations()
 	}
-	return false
+	return s.opts.Destinations.AccountDestinations(p.account)
 }
 
 // internal answers 500 for an error that is ours, and logs it (requests carry no secret).

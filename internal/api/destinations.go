@@ -28,10 +28,8 @@ type connectorCount struct {
 
 func (s *Server) listConnectors(w http.ResponseWriter, r *http.Request, p principal) {
 	counts := map[destination.Connector]int{}
-	for _, d := range s.opts.Destinations.Destinations() {
-		if p.sees(d.Account) {
-			counts[d.Connector]++
-		}
+	for _, d := range s.visible(p) {
+		counts[d.Connector]++
 	}
 	out := []connectorCount{}
 	for _, c := range destination.Connectors() {
@@ -65,13 +63,7 @@ func (s *Server) getDestination(w http.ResponseWriter, r *http.Request, p princi
 }
 
 func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, d destination.Destination) {
-	card, err := s.opts.Streams.Card(r.Context(), d)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.addLag(r.Context(), &card, d)
-	writeJSON(w, http.StatusOK, card)
+	s.writeCardStatus(w, r, d, http.StatusOK)
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, p principal) {
@@ -159,12 +151,11 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	s.log.Info("destination replay through the api", "destination", d.ID, "admin", p.admin, "cursor", res.Cursor, "pending", res.Pending)
-	card, err := s.opts.Streams.Card(r.Context(), d)
+	card, err := s.cardWithLag(r.Context(), d)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.addLag(r.Context(), &card, d)
 	writeJSON(w, http.StatusOK, replayedCard{Card: card, Replay: replayAnswer{Cursor: res.Cursor, Pending: res.Pending}})
 }
 
@@ -216,12 +207,11 @@ func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principa
 	}
 	s.log.Info("destination "+done+" through the api", "destination", d.ID, "admin", p.admin,
 		"write_in_flight", res.WriteInFlight)
-	card, err := s.opts.Streams.Card(r.Context(), d)
+	card, err := s.cardWithLag(r.Context(), d) // the same card the GET answers
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.addLag(r.Context(), &card, d) // the same card the GET answers
 	writeJSON(w, http.StatusOK, changedCard{Card: card, WriteInFlight: res.WriteInFlight})
 }
 

@@ -9,17 +9,27 @@ import (
 	"github.com/mercamap/relay/internal/stream"
 )
 
+// cardWithLag reads d's card as the destination routes answer it: with its lag and the
+// oldest point a replay may start from, all in the card's one round trip
+// (stream.Channels.CardAndLag).
+func (s *Server) cardWithLag(ctx context.Context, d destination.Destination) (stream.Card, error) {
+	card, reading, err := s.opts.Streams.CardAndLag(ctx, d)
+	if err != nil {
+		return stream.Card{}, err
+	}
+	s.addLag(&card, reading)
+	return card, nil
+}
+
 // addLag puts the destination's lag, and the oldest point a replay may start from, on
-// its card, read from positions (store.DestinationLag: O(1) in Redis whatever the
-// backlog). A failed read, or a lag the positions cannot tell (an upgraded log, see
-// LagReading.Known), leaves the lag off the card rather than failing the call: the rest
-// of the card was read already.
-func (s *Server) addLag(ctx context.Context, card *stream.Card, d destination.Destination) {
+// its card; the lag is read from positions (store.LagReading: O(1) in Redis whatever
+// the backlog). A lag the positions cannot tell (an upgraded log, see LagReading.Known)
+// is left off the card.
+func (s *Server) addLag(card *stream.Card, r store.LagReading) {
 	if from := s.opts.Destinations.ReplayableFrom(); !from.IsZero() {
 		card.ReplayableFrom = &from
 	}
-	r, err := s.opts.Store.DestinationLag(ctx, store.Ref{Account: d.Account, ID: d.ID})
-	if err != nil || !r.Known {
+	if !r.Known {
 		return
 	}
 	lag := &stream.Lag{Events: r.Events} // exact: EventsAtLeast stays false

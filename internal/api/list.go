@@ -133,12 +133,13 @@ func (s *Server) listDestinations(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	var candidates []destination.Destination
-	for _, d := range s.opts.Destinations.Destinations() { // sorted by id
-		// Listed only under its own connector, and only to a token that may see it.
-		if d.Connector != conn || !p.sees(d.Account) {
-			continue
-		}
-		if q.account != "" && d.Account != q.account {
+	from := s.visible(p) // sorted by id; an account token's own alone
+	if q.account != "" && p.admin {
+		from = s.opts.Destinations.AccountDestinations(q.account)
+	}
+	for _, d := range from {
+		// Listed only under its own connector.
+		if d.Connector != conn || (q.account != "" && d.Account != q.account) {
 			continue
 		}
 		if q.search != "" && !strings.Contains(strings.ToLower(d.ID), q.search) {
@@ -190,10 +191,7 @@ func (s *Server) cardsOf(r *http.Request, dests []destination.Destination) ([]st
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				cards[i], errs[i] = s.opts.Streams.Card(r.Context(), dests[i])
-				if errs[i] == nil {
-					s.addLag(r.Context(), &cards[i], dests[i])
-				}
+				cards[i], errs[i] = s.cardWithLag(r.Context(), dests[i])
 			}
 		}()
 	}

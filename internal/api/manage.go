@@ -319,11 +319,10 @@ func (s *Server) deleteDestination(w http.ResponseWriter, r *http.Request, p pri
 
 // writeCardStatus answers with d's card, as GET does, with status.
 func (s *Server) writeCardStatus(w http.ResponseWriter, r *http.Request, d destination.Destination, status int) {
-	card, err := s.opts.Streams.Card(r.Context(), d)
+	card, err := s.cardWithLag(r.Context(), d)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.addLag(r.Context(), &card, d)
 	writeJSON(w, status, card)
 }

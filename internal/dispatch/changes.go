@@ -24,7 +24,9 @@ func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destinatio
 		if w, ok := d.workers[dest.ID]; ok && w.dest.Fingerprint() != dest.Fingerprint() {
 			w.stop()
 		}
+		prev, replaced := d.dests[dest.ID]
 		d.dests[dest.ID] = dest // in place, under mu: every reader holds mu (SetDestinations swaps the map)
+		d.index.put(dest, prev, replaced)
 	}
 	d.mu.Unlock()
 	if err := d.ensure(ctx, dests, true, false); err != nil {
@@ -72,6 +74,9 @@ func (d *Dispatcher) Remove(ids ...string) {
 	for _, id := range ids {
 		if w, ok := d.workers[id]; ok {
 			w.stop()
+		}
+		if dest, ok := d.dests[id]; ok {
+			d.index.remove(dest)
 		}
 		delete(d.dests, id)
 	}

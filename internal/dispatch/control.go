@@ -141,8 +141,8 @@ func (d *Dispatcher) Disable(ctx context.Context, id, reason string) (Disabled, 
 	}
 	targets := []destination.Destination{dest}
 	if scope := dest.CloudScope(); scope != "" {
-		for _, other := range d.Destinations() {
-			if other.ID != dest.ID && other.Account == dest.Account && other.CloudScope() == scope {
+		for _, other := range d.AccountDestinations(dest.Account) {
+			if other.ID != dest.ID && other.CloudScope() == scope {
 				targets = append(targets, other)
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -76,6 +75,7 @@ type Dispatcher struct {
 
 	mu         sync.Mutex
 	dests      map[string]destination.Destination // by id, as configured
+	index      *index                             // dests by account, for the API (index.go); changed with dests
 	loaded     bool                               // SetDestinations ran once: later calls are reloads
 	workers    map[string]*worker                 // by id, the leases held
 	accounts   map[string]map[*worker]struct{}    // the same workers by account, to wake on new events
@@ -136,7 +136,7 @@ func New(opts Options) *Dispatcher {
 	if opts.Owner == "" {
 		opts.Owner = "relay-" + randomHex(6)
 	}
-	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{},
+	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{}, index: newIndex(),
 		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
 		feeds: map[string]*feed{}, committers: map[string]*committer{}, holds: map[store.Hold]*hold{}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
 	d.SetAccounts(opts.Accounts)
@@ -173,6 +173,7 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 		}
 	}
 	d.dests = next
+	d.index.reset(next)
 	d.mu.Unlock()
 
 	if err := d.ensure(ctx, dests, reload, true); err != nil {
@@ -243,17 +244,18 @@ func (d *Dispatcher) resync(ctx context.Context, dest destination.Destination, r
 	}
 }
 
-// Destinations returns the configured destinations, sorted by id.
-func (d *Dispatcher) Destinations() []destination.Destination {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ids := slices.Sorted(maps.Keys(d.dests))
-	out := make([]destination.Destination, len(ids))
-	for i, id := range ids {
-		out[i] = d.dests[id]
-	}
-	return out
+// Destinations returns the configured destinations, sorted by id. The list is shared
+// (built once per change of the set, not per call): read it, never change it.
+func (d *Dispatcher) Destinations() []destination.Destination { return d.index.every() }
+
+// AccountDestinations returns acct's configured destinations, sorted by id, at the cost
+// of that account's alone (shared, like Destinations': read-only).
+func (d *Dispatcher) AccountDestinations(acct string) []destination.Destination {
+	return d.index.account(acct)
 }
+
+// DestinationCounts returns how many destinations each account has configured.
+func (d *Dispatcher) DestinationCounts() map[string]int { return d.index.counts() }
 
 // Destination returns one configured destination.
 func (d *Dispatcher) Destination(id string) (destination.Destination, bool) {

@@ -28,39 +28,50 @@ type LagReading struct {
 	DisabledBy string
 }
 
-// lagScript reads, for each destination of one account (KEYS[4..]), its cursor, status
-// and failures (and, when disabled, who disabled it: disabled_by), and from the ordinal index (see gateSource) the first index entry after
-// the cursor: its id is the oldest undelivered entry (the millisecond part: when Redis
-// stored it) and its ordinal k puts the backlog at head − k + 1, head being the
-// position hash's n, clamped to the log's length. KEYS[1..3] are the log, the position
-// hash and the index; all keys share the account's hash tag. Each destination costs one
-// HMGET and one XRANGE … COUNT 1 of an index entry, whatever its backlog; only ids and
-// numbers travel back.
-var lagScript = redis.NewScript(luaPrelude + `
-local len, indexed = redis.call('XLEN', KEYS[1]), redis.call('XLEN', KEYS[3])
-local head = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
--- first: the oldest index entry when the log also holds entries older than the index.
-local first
-if len > indexed then
-  first = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1)[1]
-  first = first and first[1] or '+'
-end
-local out = {}
-for i = 4, #KEYS do
-  local h = redis.call('HMGET', KEYS[i], 'cursor', 'status', 'consecutive_failures')
-  local by = ''
-  if h[2] == 'disabled' then by = disabled_by(KEYS[i]) end
-  if not h[1] then
-    out[#out + 1] = {}
-  elseif first and (first == '+' or id_after(first, h[1])) then
-    -- Entries older than the index may wait after the cursor: not to be counted.
-    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 0, '', 0, by}
-  else
-    local nxt, n = redis.call('XRANGE', KEYS[3], '(' .. h[1], '+', 'COUNT', 1)[1], 0
-    if nxt then n = math.max(math.min(head - tonumber(nxt[2][2]) + 1, len), 1) end
-    out[#out + 1] = {h[1], h[2] or '', h[3] or '0', 1, nxt and nxt[1] or '', n, by}
+// luaLag reads lag readings from positions (see gateSource): lag_base reads, once per
+// account, the log's and the ordinal index's lengths, the head ordinal (the position
+// hash's n) and, when the log also holds entries older than the index, the index's first
+// id ('+': the index is empty); lag_reading reads one destination's cursor, status and
+// failures (and, when disabled, who disabled it: disabled_by) and the first index entry
+// after its cursor: its id is the oldest undelivered entry (the millisecond part: when
+// Redis stored it) and its ordinal k puts the backlog at head − k + 1, clamped to the
+// log's length. A destination costs one HMGET and one XRANGE … COUNT 1 of an index
+// entry, whatever its backlog; only ids and numbers travel back. It needs luaPrelude
+// (id_after, disabled_by) before it; lagScript and readCardScript share it.
+const luaLag = `
+local function lag_base(logkey, poskey, ordkey)
+  local base = {len = redis.call('XLEN', logkey), indexed = redis.call('XLEN', ordkey), ord = ordkey,
+    head = tonumber(redis.call('HGET', poskey, 'n') or '0')}
+  if base.len > base.indexed then
+    local first = redis.call('XRANGE', ordkey, '-', '+', 'COUNT', 1)[1]
+    base.first = first and first[1] or '+'
   end
+  return base
 end
+
+-- lag_reading is {cursor, status, failures, known (1/0), next id, events, disabled by},
+-- or {} for a destination with no cursor (LagCmd.Result decodes it).
+local function lag_reading(base, destkey)
+  local h = redis.call('HMGET', destkey, 'cursor', 'status', 'consecutive_failures')
+  if not h[1] then return {} end
+  local by = ''
+  if h[2] == 'disabled' then by = disabled_by(destkey) end
+  if base.first and (base.first == '+' or id_after(base.first, h[1])) then
+    -- Entries older than the index may wait after the cursor: not to be counted.
+    return {h[1], h[2] or '', h[3] or '0', 0, '', 0, by}
+  end
+  local nxt, n = redis.call('XRANGE', base.ord, '(' .. h[1], '+', 'COUNT', 1)[1], 0
+  if nxt then n = math.max(math.min(base.head - tonumber(nxt[2][2]) + 1, base.len), 1) end
+  return {h[1], h[2] or '', h[3] or '0', 1, nxt and nxt[1] or '', n, by}
+end
+`
+
+// lagScript reads the lag of each destination of one account (KEYS[4..]): KEYS[1..3]
+// are the log, the position hash and the index; all keys share the account's hash tag.
+var lagScript = redis.NewScript(luaPrelude + luaLag + `
+local base = lag_base(KEYS[1], KEYS[2], KEYS[3])
+local out = {}
+for i = 4, #KEYS do out[#out + 1] = lag_reading(base, KEYS[i]) end
 return out
 `)
 
@@ -98,19 +109,23 @@ func (c LagCmd) Result() ([]LagReading, error) {
 	}
 	out := make([]LagReading, 0, len(v))
 	for _, r := range v {
-		f, _ := r.([]any)
-		if len(f) < 6 {
-			out = append(out, LagReading{})
-			continue
-		}
-		rd := LagReading{Found: true, Cursor: toStr(f[0]), Status: toStr(f[1]),
-			ConsecutiveFailures: int(toInt(f[2])), Known: toInt(f[3]) == 1, Next: toStr(f[4]), Events: toInt(f[5])}
-		if len(f) > 6 {
-			rd.DisabledBy = toStr(f[6])
-		}
-		out = append(out, rd)
+		out = append(out, lagReadingOf(r))
 	}
 	return out, nil
+}
+
+// lagReadingOf decodes one of lag_reading's answers.
+func lagReadingOf(v any) LagReading {
+	f, _ := v.([]any)
+	if len(f) < 6 {
+		return LagReading{}
+	}
+	rd := LagReading{Found: true, Cursor: toStr(f[0]), Status: toStr(f[1]),
+		ConsecutiveFailures: int(toInt(f[2])), Known: toInt(f[3]) == 1, Next: toStr(f[4]), Events: toInt(f[5])}
+	if len(f) > 6 {
+		rd.DisabledBy = toStr(f[6])
+	}
+	return rd
 }
 
 func toStr(v any) string {

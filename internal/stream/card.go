@@ -10,7 +10,9 @@ import (
 )
 
 // Card is a destination as the API shows it: what the config defines, how to set it
-// up, and its stored state as of Sequence (its own channel's sequence).
+// up, and its stored state as of Sequence (its own channel's sequence). A card's maps
+// (Target, Setup) and what its pointers point at are shared with the other copies of
+// the same view (view.go): change a field of a copy, never what a map or a pointer holds.
 type Card struct {
 	ID        string            `json:"id"`
 	Connector string            `json:"connector"`
@@ -59,17 +61,22 @@ type Lag struct {
 
 // NewCard builds the card of d from its stored state.
 func NewCard(d destination.Destination, st store.State, id destination.Identity) Card {
-	c := Card{
-		ID: d.ID, Connector: string(d.Connector), Account: d.Account, Status: st.Status,
-		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID),
-		ConsecutiveFailures: st.ConsecutiveFailures, LastFailure: st.LastFailure,
-		LastDelivery: st.LastDelivery, Disabled: st.Disabled, Failing: st.Failing, Pending: st.Pending, Sequence: st.Sequence,
-	}
+	c := staticCard(d, st, id)
+	c.setStored(st)
+	return c
+}
+
+// staticCard is the part of d's card that changes only with its definition, our
+// identity or its stored ExternalId and creation time (staticKey): the config's target,
+// the setup to make, and where and when it was made. Its maps are built here and only
+// read after, so cards built from it may share them.
+func staticCard(d destination.Destination, st store.State, id destination.Identity) Card {
+	c := Card{ID: d.ID, Connector: string(d.Connector), Account: d.Account,
+		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID), ManagedBy: d.Managed()}
 	if d.Connector.IsAWS() {
 		ext := st.ExternalID
 		c.ExternalID = &ext
 	}
-	c.ManagedBy = d.Managed()
 	switch {
 	case !d.CreatedAt.IsZero():
 		t := d.CreatedAt.UTC()
@@ -78,10 +85,16 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 		t := st.CreatedAt
 		c.CreatedAt = &t
 	}
+	return c
+}
+
+// setStored sets the card's state fields and sequence from the stored state.
+func (c *Card) setStored(st store.State) {
+	c.Status, c.ConsecutiveFailures, c.LastFailure = st.Status, st.ConsecutiveFailures, st.LastFailure
+	c.LastDelivery, c.Disabled, c.Failing, c.Pending, c.Sequence = st.LastDelivery, st.Disabled, st.Failing, st.Pending, st.Sequence
 	if c.Status == "" {
 		c.Status = store.Active
 	}
-	return c
 }
 
 // CardState is the part of a card a channel event's state changes (lua.go's card_state

@@ -20,7 +20,8 @@ import (
 
 // Directory is where the configured destinations are looked up (the dispatcher).
 type Directory interface {
-	Destinations() []destination.Destination
+	// AccountDestinations is one account's destinations, sorted by id; read-only.
+	AccountDestinations(acct string) []destination.Destination
 	Destination(id string) (destination.Destination, bool)
 }
 
@@ -38,6 +39,9 @@ type Options struct {
 	// a lossy network would. Tests only: replay must recover them.
 	Drop   func(channel string, sequence int64) bool
 	Logger *slog.Logger
+	// ViewCache is how many destinations' cards are kept built between answers
+	// (default DefaultViewCache; negative: none).
+	ViewCache int
 }
 
 // Channels serves snapshots, replay pages and live subscriptions.
@@ -45,6 +49,7 @@ type Channels struct {
 	opts     Options
 	identity atomic.Pointer[destination.Identity]
 	hub      *hub
+	views    *views // the cards as last built, by destination id (view.go)
 }
 
 // New returns Channels over the store and the configured destinations.
@@ -61,7 +66,10 @@ func New(opts Options) *Channels {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Channels{opts: opts, hub: newHub(opts.Store, opts.Poll, opts.Logger)}
+	if opts.ViewCache == 0 {
+		opts.ViewCache = DefaultViewCache
+	}
+	c := &Channels{opts: opts, hub: newHub(opts.Store, opts.Poll, opts.Logger), views: newViews(opts.ViewCache)}
 	c.SetIdentity(opts.Identity)
 	return c
 }
@@ -113,22 +121,48 @@ func (c *Channels) Resolve(name string) (Channel, error) {
 	return Channel{Name: name, Account: d.Account, Destination: &d}, nil
 }
 
-// Card reads d's card; its state and sequence are read together.
+// Card reads d's card (its Lag left out, as snapshots show it); see CardAndLag.
 func (c *Channels) Card(ctx context.Context, d destination.Destination) (Card, error) {
+	card, _, err := c.CardAndLag(ctx, d)
+	return card, err
+}
+
+// CardAndLag reads d's card and where d stands in its account's log, in one round trip
+// (store.ReadCard): its state and sequence are read together, and the state only when
+// it is not the one the replica's view of d was built from. The card is that view's
+// copy while its sequence (and definition, identity and ExternalId) hold; else it is
+// built again and kept (only its state fields, when those alone changed).
+func (c *Channels) CardAndLag(ctx context.Context, d destination.Destination) (Card, store.LagReading, error) {
 	deadline := time.Now().Add(configLagWait)
 	for {
-		st, err := c.opts.Store.LoadState(ctx, store.Ref{Account: d.Account, ID: d.ID})
+		id := *c.identity.Load()
+		prev := c.views.get(d.ID)
+		var held *store.State
+		if prev != nil {
+			held = &prev.state
+		}
+		rd, err := c.opts.Store.ReadCard(ctx, store.Ref{Account: d.Account, ID: d.ID}, held)
 		if errors.Is(err, store.ErrUnknownDestination) {
-			return Card{}, ErrNotFound
+			c.views.drop(d.ID)
+			return Card{}, store.LagReading{}, ErrNotFound
 		}
 		if err != nil {
-			return Card{}, err
+			return Card{}, store.LagReading{}, err
 		}
-		if agrees(d, st) || !c.waitForConfig(ctx, deadline, d.ID) {
-			return NewCard(d, st, *c.identity.Load()), nil
+		st := rd.State
+		if st == nil {
+			st = held // still the stored state
+		}
+		if agrees(d, *st) || !c.waitForConfig(ctx, deadline, d.ID) {
+			v, key := prev, staticKeyOf(d, *st, id)
+			if rd.State != nil || prev.static != key {
+				v = newView(prev, key, d, *st, id)
+				c.views.put(d.ID, v)
+			}
+			return v.card, rd.Lag, nil
 		}
 		if d, err = c.destination(d.ID); err != nil {
-			return Card{}, err
+			return Card{}, store.LagReading{}, err
 		}
 	}
 }
@@ -221,13 +255,10 @@ func (c *Channels) Snapshot(ctx context.Context, ch Channel) (Snapshot, error) {
 	var cards []Card
 	var seq int64
 	for {
-		var dests []destination.Destination
-		var ids []string
-		for _, d := range c.opts.Directory.Destinations() {
-			if d.Account == ch.Account {
-				dests = append(dests, d)
-				ids = append(ids, d.ID)
-			}
+		dests := c.opts.Directory.AccountDestinations(ch.Account)
+		ids := make([]string, len(dests))
+		for i, d := range dests {
+			ids[i] = d.ID
 		}
 		states, n, err := c.opts.Store.AccountStates(ctx, ch.Account, ids)
 		if err != nil {
@@ -243,7 +274,9 @@ func (c *Channels) Snapshot(ctx context.Context, ch Channel) (Snapshot, error) {
 			if !agrees(d, st) {
 				lagging = d.ID
 			}
-			cards = append(cards, NewCard(d, st, id))
+			// The static part as this replica's view of d has it, when it does; the
+			// account's views are not kept (a large account would evict every other).
+			cards = append(cards, newView(c.views.get(d.ID), staticKeyOf(d, st, id), d, st, id).card)
 		}
 		if lagging == "" || !c.waitForConfig(ctx, deadline, lagging) {
 			break
