@@ -84,6 +84,9 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	d.acquire(ctx, candidates, room, ttl)
 }
 
+// leaseCallTimeout bounds a lease call that a stop does not cut short.
+const leaseCallTimeout = 5 * time.Second
+
 // freeLeases frees the leases this replica holds with no worker listed (d.unfreed): a
 // worker that ended with no successor, a lease an acquire took but did not start. Its
 // hold of the account lives on with its other leases, so unfreed they would stay held
@@ -100,7 +103,9 @@ func (d *Dispatcher) freeLeases(ctx context.Context) {
 		return running
 	})
 	d.mu.Unlock()
-	if err := d.opts.Store.ReleaseLeases(ctx, free, d.opts.Owner); err != nil {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseCallTimeout) // as acquire's
+	defer cancel()
+	if err := d.opts.Store.ReleaseLeases(rctx, free, d.opts.Owner); err != nil {
 		d.unfreed = free
 		d.opts.Logger.Warn("leases not released; retried at the next lease round", "leases", len(free), "error", err)
 		return
@@ -248,7 +253,7 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 		return held
 	})
 	d.mu.Unlock()
-	if room <= 0 || len(candidates) == 0 {
+	if room <= 0 || len(candidates) == 0 || ctx.Err() != nil {
 		d.opts.Metrics.Leases.Set(float64(d.heldCount()))
 		return
 	}
@@ -279,7 +284,12 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 		refs = append(refs, ref(dest))
 	}
 	sent := time.Now()
-	leases, err := d.opts.Store.AcquireLeases(ctx, refs, d.opts.Owner, ttl)
+	// Not cut short by a stop: an answer lost to it would leave what the scripts took
+	// held under a hold this replica never listed, which its stop cannot release (the
+	// next holder would wait out the TTL). stopAll waits for this acquire (acquiring).
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseCallTimeout)
+	leases, err := d.opts.Store.AcquireLeases(actx, refs, d.opts.Owner, ttl)
+	cancel()
 	if err != nil {
 		// The scripts may have run (a WAIT that fell short, one master of several
 		// failing): what they took under a hold listed here would stay held with no
@@ -349,11 +359,13 @@ func (d *Dispatcher) stopAll() {
 	for _, w := range workers {
 		w.stop()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	for _, w := range workers {
 		<-w.life.finished
 	}
+	// The release's own time starts once the workers are done (on a loaded machine,
+	// hundreds finishing their commits could use up a limit that started before them).
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
 	if err := d.opts.Store.ReleaseHolds(ctx, holds, d.opts.Owner); err != nil {
 		// They run out after lease_ttl: the next holder waits that long, nothing more.
 		d.opts.Logger.Warn("leases not released at stop: they run out after the lease TTL", "accounts", len(holds), "error", err)
