@@ -79,6 +79,7 @@ type Dispatcher struct {
 	loaded     bool                               // SetDestinations ran once: later calls are reloads
 	workers    map[string]*worker                 // by id, the leases held
 	accounts   map[string]map[*worker]struct{}    // the same workers by account, to wake on new events
+	feedsMu    sync.Mutex                         // guards feeds (apart from mu: ingest's handoff takes it)
 	feeds      map[string]*feed                   // by account: its log as last read (feed.go)
 	committers map[string]*committer              // by account (committer.go)
 	ended      atomic.Bool                        // Run returned: commits give up on an unreachable Redis sooner

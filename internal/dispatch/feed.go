@@ -31,8 +31,8 @@ type follower struct{ _ byte }
 
 // feedOf returns the account's feed, making it on first use.
 func (d *Dispatcher) feedOf(acct string) *feed {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.feedsMu.Lock()
+	defer d.feedsMu.Unlock()
 	f := d.feeds[acct]
 	if f == nil {
 		f = &feed{}
@@ -59,20 +59,40 @@ func (f *feed) stop(by *follower) {
 }
 
 // add appends entries by read that follow the feed's last one in the log, keeping the
-// newest feedMax. Those the feed holds already (an append of this replica handed them
-// over first: handoff) are skipped: the read follows the log from where it started, so
-// what it brings past the feed's last entry follows that entry.
-func (f *feed) add(by *follower, es []store.LogEntry) {
+// newest feedMax, and reports whether any was new. Those the feed holds already (an
+// append of this replica handed them over first: handoff, which woke the workers) are
+// skipped: the read follows the log from where it started, so what it brings past the
+// feed's last entry follows that entry.
+func (f *feed) add(by *follower, es []store.LogEntry) (grew bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.owner != by {
-		return
+		return false
 	}
 	last := f.last()
 	for len(es) > 0 && store.CompareIDs(es[0].ID, last) <= 0 {
+		if !f.holds(es[0].ID) {
+			// A run was taken that did not follow (never, while Run.After is the log's
+			// last id): the feed missed this entry. It starts over past the read, so a
+			// worker behind it reads the log itself rather than skip what it missed.
+			f.from, f.entries = es[len(es)-1].ID, nil
+			return true
+		}
 		es = es[1:]
 	}
 	f.put(es)
+	return len(es) > 0
+}
+
+// holds reports whether the feed has the entry id (or starts after it); f.mu is held.
+func (f *feed) holds(id string) bool {
+	if store.CompareIDs(id, f.from) <= 0 {
+		return true
+	}
+	_, found := slices.BinarySearchFunc(f.entries, id, func(e store.LogEntry, id string) int {
+		return store.CompareIDs(e.ID, id)
+	})
+	return found
 }
 
 // handoff appends the entries an append of this replica just added to the log, when
@@ -137,9 +157,9 @@ func (f *feed) after(cursor string, n int) (es []store.LogEntry, ok bool) {
 // The log stays the truth: nothing here is kept that the log does not hold.
 func (d *Dispatcher) Appended(runs []store.Run) {
 	for _, r := range runs {
-		d.mu.Lock()
+		d.feedsMu.Lock()
 		f := d.feeds[r.Account]
-		d.mu.Unlock()
+		d.feedsMu.Unlock()
 		if f != nil && f.handoff(r.After, r.Entries) {
 			d.opts.Metrics.HandedOver.Add(float64(len(r.Entries)))
 			d.notify(r.Account)

@@ -115,4 +115,16 @@ func TestAFeedTakesARunOnlyRightAfterItsLastEntry(t *testing.T) {
 	if !ok || fmt.Sprint(ids) != "[2-0 2-1 3-0 3-1]" {
 		t.Fatalf("the feed after 1-0: %v (%v), want each entry once in log order", ids, ok)
 	}
+	// Had a run been taken past an entry the feed never got, the follower's read shows
+	// it: the feed starts over after the read, and a worker behind reads the log.
+	f.put(e("5-0"))
+	if !f.add(me, e("4-0", "5-0", "6-0")) {
+		t.Fatal("the follower's read of a missed entry did not wake the workers")
+	}
+	if _, ok := f.after("3-1", 10); ok {
+		t.Fatal("a worker behind a missed entry was served from the feed, which lacks it")
+	}
+	if got, ok := f.after("6-0", 10); !ok || len(got) != 0 {
+		t.Fatalf("after the read's last entry: %v (%v), want nothing yet, from memory", got, ok)
+	}
 }

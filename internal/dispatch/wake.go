@@ -177,8 +177,9 @@ func (d *Dispatcher) follow(ctx context.Context, gf *groupFollower, block time.D
 			d.controlled(c)
 		}
 		for acct, es := range got.Entries {
-			d.feedOf(acct).add(me, es)
-			d.notify(acct)
+			if d.feedOf(acct).add(me, es) { // else handed over already, workers woken then
+				d.notify(acct)
+			}
 		}
 		if block < 0 && len(got.Entries) == 0 && len(got.Controls) == 0 {
 			sleep(ctx, d.opts.Poll)

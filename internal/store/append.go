@@ -152,8 +152,8 @@ type accountAppends struct {
 }
 
 // Run is what one append added to one account's log: Entries follow the entry After
-// with nothing between them, in log order (a duplicate added nothing; After is "" when
-// the log's last id was not known, so neither is where the run starts).
+// with nothing between them, in log order (a duplicate added nothing). After is the
+// log's last entry when the append's transaction began, "" when the log had none.
 type Run struct {
 	Account string
 	After   string
@@ -250,9 +250,8 @@ func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*
 		log, held, pos, ord, dd := any(logKey(aa.acct)), any(heldKey(aa.acct)), any(posKey(aa.acct)), any(ordKey(aa.acct)), any(dedupKey(aa.acct))
 		pipe.Do(ctx, "multi")
 		pipe.Do(ctx, "script", "load", gateSource)
-		// The ordinal index's last id is the log's (each transaction's last gate call
-		// indexes its last entry; see gateSource): where this transaction's run starts.
-		pipe.Do(ctx, "xrevrange", ord, "+", "-", "COUNT", 1)
+		// The log's last entry before this transaction: where its run starts (Run.After).
+		pipe.Do(ctx, "xrevrange", log, "+", "-", "COUNT", 1)
 		prev := any("") // the fingerprint of the event before, for its gate call to index it
 		for _, e := range aa.entries {
 			fp := any(fingerprint(e.EventID))
@@ -284,7 +283,7 @@ func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*
 }
 
 // read sets the log ids from the EXEC reply of aa's transaction: SCRIPT LOAD's answer,
-// the index's last entry, then a gate and an XADD answer per entry, then the last gate's.
+// the log's last entry, then a gate and an XADD answer per entry, then the last gate's.
 func (aa *accountAppends) read(exec *redis.Cmd) error {
 	res, err := exec.Slice()
 	if err != nil {

@@ -310,8 +310,11 @@ func TestALeaseTakenBeforeACreatesForgetStaysItsHolders(t *testing.T) {
 		if _, err := st.LoadState(ctx, r); !errors.Is(err, ErrUnknownDestination) {
 			t.Fatalf("state after Forget: %v, want ErrUnknownDestination", err)
 		}
-		if owner, tok, err := st.LeaseHolder(ctx, r); err != nil || owner != "replica-b" || tok != first[0].Token {
-			t.Fatalf("holder after Forget: %q %d %v; want replica-b %d", owner, tok, err, first[0].Token)
+		if owner, tok, err := st.LeaseHolder(ctx, r); err != nil || owner != "replica-b" || tok != first[0].Token+1 {
+			t.Fatalf("holder after Forget: %q %d %v; want replica-b, its token moved on to %d", owner, tok, err, first[0].Token+1)
+		}
+		if ttl, err := st.rdb.PTTL(ctx, destKey(r.Account, r.ID)).Result(); err != nil || ttl <= 0 {
+			t.Fatalf("a forgotten destination's lease fields live %v (%v), want them to expire", ttl, err)
 		}
 		second, err := st.AcquireLeases(ctx, []Ref{r}, "replica-c", time.Minute)
 		if err != nil || second[0].Token != 0 {
@@ -322,6 +325,17 @@ func TestALeaseTakenBeforeACreatesForgetStaysItsHolders(t *testing.T) {
 		}
 		if s, err := st.LoadState(ctx, r); err != nil || s.Status != Pending || s.ExternalID != "ext-2" {
 			t.Fatalf("state after the create's Ensure: %+v, %v; want pending with the new ExternalId", s, err)
+		}
+		if ttl, err := st.rdb.PTTL(ctx, destKey(r.Account, r.ID)).Result(); err != nil || ttl != -1 {
+			t.Fatalf("the destination made again expires in %v (%v), want it kept", ttl, err)
+		}
+		// A holder from before the Forget commits nothing: not the deleted destination's
+		// late commit, nor the early taker's (it stops and frees the lease).
+		for _, tok := range []int64{old, first[0].Token} {
+			if _, err := st.Commit(ctx, Commit{Ref: r, Token: tok, Kind: KindDelivered, EventID: "late", Message: "m",
+				DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); !errors.Is(err, ErrStaleLease) {
+				t.Fatalf("a commit with token %d from before the Forget: %v, want ErrStaleLease", tok, err)
+			}
 		}
 		if err := st.ReleaseLeases(ctx, []Held{{Ref: r, Gen: first[0].Gen}}, "replica-b"); err != nil {
 			t.Fatal(err)

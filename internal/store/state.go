@@ -167,6 +167,7 @@ if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
   if last then cursor = last[1] end
   redis.call('HSET', KEYS[1], 'status', 'pending', 'cursor', cursor, 'consecutive_failures', 0,
              'external_id', ARGV[1], 'fingerprint', ARGV[2], 'created_at', now_ms)
+  redis.call('PERSIST', KEYS[1]) -- a forgotten id's lease fields, made again (Forget)
   if ARGV[6] == '1' then
     emit_both('resync.required', now_ms, cutoff, {destination = ARGV[5], reason = 'the destination was added'})
   end
@@ -415,17 +416,20 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 }
 
 // forgetScript deletes a destination's keys (KEYS[2] on) and its hash's state (KEYS[1])
-// but the lease's fields: its holder, fencing token and control version.
+// but the lease's: its holder stays, its fencing token and control version move on
+// (ARGV[1]: how long a hash left with only those lives, ms).
 var forgetScript = redis.NewScript(`
 local h = redis.call('HMGET', KEYS[1], 'holder', 'lease_token', 'ctlv')
 redis.call('DEL', unpack(KEYS))
-local keep = {}
-if h[1] then keep[#keep + 1] = 'holder'; keep[#keep + 1] = h[1] end
-if h[2] then keep[#keep + 1] = 'lease_token'; keep[#keep + 1] = h[2] end
-if h[3] then keep[#keep + 1] = 'ctlv'; keep[#keep + 1] = h[3] end
-if #keep > 0 then redis.call('HSET', KEYS[1], unpack(keep)) end
+redis.call('HSET', KEYS[1], 'lease_token', tonumber(h[2] or '0') + 1, 'ctlv', tonumber(h[3] or '0') + 1)
+if h[1] then redis.call('HSET', KEYS[1], 'holder', h[1]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 0
 `)
+
+// forgottenTTL is how long a forgotten destination's lease fields outlive it unless the
+// id is made again (Ensure keeps them then): far past any write or commit in flight.
+const forgottenTTL = 24 * time.Hour
 
 // Forget deletes everything Redis holds of one destination of r.Account: its state
 // (the ExternalId with it), channel, attempt log, retries and chart: a deleted
@@ -433,12 +437,15 @@ return 0
 // channel's counter (a few bytes): a destination made again with the same id numbers
 // its events on from there, so the account channel's pointers to the deleted one's
 // events point at nothing and are served as resync.required, never as the new one's.
-// The lease stays (three small fields): a replica that took a new destination of the
-// id before its create called Forget keeps it, and its fencing token and control
-// version only ever grow, so no two holders of one id share a token. A lease with no
-// destination is freed when its holder's worker ends, or with its holder's hold.
+// The lease stays, as three small fields for a day (forgottenTTL) unless the id is
+// made again: its holder, so a replica that took a new destination of the id before
+// its create called Forget is still the one a pause asks, and no second replica takes
+// it meanwhile; and its fencing token and control version, moved on, so every commit
+// of a holder from before (the deleted destination's late one, or that early taker's,
+// which then stops and frees the lease) is refused, and no two holders of one id ever
+// share a token.
 func (s *Store) Forget(ctx context.Context, r Ref) error {
 	ch := DestinationChannel(r.ID)
 	return forgetScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
-		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)}).Err()
+		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)}, forgottenTTL.Milliseconds()).Err()
 }
