@@ -2,34 +2,20 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/api"
 	"github.com/mercamap/relay/internal/api/apitest"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/stream"
+	"github.com/mercamap/relay/internal/testpeer"
 )
-
-// roundTrips counts what a Redis client sends: one per command, one per pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
-}
 
 // TestACardAnswerIsOneRedisRoundTripAndShowsAnotherReplicasChange: a destination's GET
 // costs one Redis round trip, lag and replayable_from included, whether the card was
@@ -38,17 +24,17 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // the same bytes.
 func TestACardAnswerIsOneRedisRoundTripAndShowsAnotherReplicasChange(t *testing.T) {
 	r := apitest.New(t, apitest.Options{})
-	counter := &roundTrips{}
+	counter := &testpeer.RoundTrips{}
 	r.Store.Client().AddHook(counter)
 	bus := fmt.Sprintf(dests, "eventbridge") + "/orders-bus"
 	count := func(what, path string, want int64) answer {
 		t.Helper()
-		counter.n.Store(0)
+		counter.N.Store(0)
 		a := call(t, "GET", r.URL+path, apitest.Acct1Token, "")
 		if a.status != 200 {
 			t.Fatalf("%s: %d %s", what, a.status, a.body)
 		}
-		if n := counter.n.Load(); n != want {
+		if n := counter.N.Load(); n != want {
 			t.Fatalf("%s: %d Redis round trips, want %d", what, n, want)
 		}
 		return a
@@ -155,7 +141,7 @@ func TestAnAccountTokensRoutesReadOnlyItsAccountsDestinations(t *testing.T) {
 //	go test -run=NONE -bench=CardAnswer -benchtime=2000x ./internal/api/
 func BenchmarkCardAnswer(b *testing.B) {
 	r := apitest.New(b, apitest.Options{})
-	counter := &roundTrips{}
+	counter := &testpeer.RoundTrips{}
 	r.Store.Client().AddHook(counter)
 	url := r.URL + fmt.Sprintf(dests, "eventbridge") + "/orders-bus"
 	r.Publish(apitest.Acct1, 3) // a backlog, so the lag is read whole
@@ -176,11 +162,11 @@ func BenchmarkCardAnswer(b *testing.B) {
 		}
 	}
 	get()
-	counter.n.Store(0)
+	counter.N.Store(0)
 	b.ResetTimer()
 	for range b.N {
 		get()
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(counter.n.Load())/float64(b.N), "redis-round-trips/op")
+	b.ReportMetric(float64(counter.N.Load())/float64(b.N), "redis-round-trips/op")
 }

@@ -79,17 +79,6 @@ func (s *countingSink) Send(context.Context, destination.Destination, destinatio
 	return nil
 }
 
-// roundTrips counts what a client sends: one per command, one per pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
-}
-
 func measureDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount int) deliveryCost {
 	url := testpeer.RedisURL(b)
 	st, err := store.Open(url)
@@ -109,11 +98,11 @@ func measureDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount
 	var t0 time.Time
 	var redis0, relay0 time.Duration
 	var trips0 int64
-	counter := &roundTrips{}
+	counter := &testpeer.RoundTrips{}
 	sink := &countingSink{want: len(dests) * eventsPerAccount, done: make(chan struct{})}
 	sink.begin = func() {
 		probe.ConfigResetStat(ctx)
-		t0, redis0, relay0, trips0 = time.Now(), redisCPU(b, probe), processCPU(), counter.n.Load()
+		t0, redis0, relay0, trips0 = time.Now(), redisCPU(b, probe), processCPU(), counter.N.Load()
 	}
 	cfg := delivery()
 	cfg.LeaseTTL = 3 * time.Second
@@ -143,7 +132,7 @@ func measureDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount
 	cost.elapsed = time.Since(t0)
 	cost.redisCPU = redisCPU(b, probe) - redis0
 	cost.relayCPU = processCPU() - relay0
-	cost.roundTrips = counter.n.Load() - trips0
+	cost.roundTrips = counter.N.Load() - trips0
 	cost.deliveries = sink.want
 	cost.scripts, cost.calls = scriptTime(b, probe)
 	return cost

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/mercamap/relay/internal/testpeer"
 )
 
 // TestReadCardReadsTheStateOnlyWhenItChangedAndItsLagAlways: ReadCard answers the
@@ -138,7 +140,7 @@ func TestReadCardIsOneRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		counter := &roundTrips{}
+		counter := &testpeer.RoundTrips{}
 		st.rdb.AddHook(counter)
 		var node redis.UniversalClient = st.rdb
 		if c, ok := st.rdb.(*redis.ClusterClient); ok {
@@ -150,11 +152,11 @@ func TestReadCardIsOneRoundTrip(t *testing.T) {
 		}
 		before := commandCalls(t, node)
 		for _, held := range []*State{nil, first.State} {
-			counter.n.Store(0)
+			counter.N.Store(0)
 			if _, err := st.ReadCard(ctx, r, held); err != nil {
 				t.Fatal(err)
 			}
-			if n := counter.n.Load(); n != 1 {
+			if n := counter.N.Load(); n != 1 {
 				t.Fatalf("held %v: %d round trips, want 1", held != nil, n)
 			}
 		}

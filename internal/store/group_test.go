@@ -5,23 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/mercamap/relay/internal/testpeer"
 )
-
-// roundTrips counts what a client sends: one per command, one per pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
-}
 
 // TestCommitsMadeAtOnceShareRoundTripsAndEachKeepsItsOwnAnswer: 60 destinations of
 // accounts spread over the slots commit at the same moment. Each commit is recorded on
@@ -38,7 +28,7 @@ func TestCommitsMadeAtOnceShareRoundTripsAndEachKeepsItsOwnAnswer(t *testing.T) 
 			refs[i] = Ref{Account: fmt.Sprintf("acct_group_%d", i%12), ID: fmt.Sprintf("dest-%d", i), Connector: "eventbridge"}
 			tokens[i], ids[i] = activeWithLease(t, st, refs[i])
 		}
-		counter := &roundTrips{}
+		counter := &testpeer.RoundTrips{}
 		_, single := st.rdb.(*redis.Client)
 		if single {
 			st.rdb.AddHook(counter)
@@ -62,7 +52,7 @@ func TestCommitsMadeAtOnceShareRoundTripsAndEachKeepsItsOwnAnswer(t *testing.T) 
 		}
 		close(start)
 		wg.Wait()
-		trips := counter.n.Load()
+		trips := counter.N.Load()
 		for i := range refs {
 			if i == stale {
 				if !errors.Is(errs[i], ErrStaleLease) {
