@@ -285,12 +285,17 @@ func (rs *replicaSet) checkArrivals(confirmed []string) {
 // TestTwoReplicasDeliverInThePublishersOrder: 1,500 events published in one stream while
 // two replicas run reach the bus with first arrivals in the order the broker confirmed them.
 func TestTwoReplicasDeliverInThePublishersOrder(t *testing.T) {
-	rs := startReplicas(t, 2)
-	const total = 1500
+	startReplicas(t, 2).deliverInOrder(1500)
+}
+
+// deliverInOrder publishes total events (up to 64 unconfirmed), all of which the broker must
+// confirm, and checks they reach the bus with first arrivals in the confirmed order.
+func (rs *replicaSet) deliverInOrder(total int) {
+	rs.t.Helper()
 	rs.publish(0, total, 64)
 	confirmed := rs.confirmedIDs()
 	if len(confirmed) != total {
-		t.Fatalf("%d of %d publishes confirmed", len(confirmed), total)
+		rs.t.Fatalf("%d of %d publishes confirmed", len(confirmed), total)
 	}
 	rs.checkArrivals(confirmed)
 }
@@ -302,12 +307,7 @@ func TestTwoReplicasDeliverInThePublishersOrder(t *testing.T) {
 func TestOneReplicaHandsWhatItStoresToItsOwnDestinationInThePublishersOrder(t *testing.T) {
 	rs := startReplicas(t, 1)
 	const total = 300
-	rs.publish(0, total, 64)
-	confirmed := rs.confirmedIDs()
-	if len(confirmed) != total {
-		t.Fatalf("%d of %d publishes confirmed", len(confirmed), total)
-	}
-	rs.checkArrivals(confirmed)
+	rs.deliverInOrder(total)
 	if n := rs.counter(0, "relay_log_entries_handed_over_total"); n < 1 || n > total {
 		t.Fatalf("%d log entries handed over, want some of the %d stored", n, total)
 	}

@@ -89,10 +89,15 @@ func (f *feed) holds(id string) bool {
 	if store.CompareIDs(id, f.from) <= 0 {
 		return true
 	}
-	_, found := slices.BinarySearchFunc(f.entries, id, func(e store.LogEntry, id string) int {
+	_, found := f.find(id)
+	return found
+}
+
+// find is where id is, or would go, among the feed's entries (in log order); f.mu is held.
+func (f *feed) find(id string) (i int, found bool) {
+	return slices.BinarySearchFunc(f.entries, id, func(e store.LogEntry, id string) int {
 		return store.CompareIDs(e.ID, id)
 	})
-	return found
 }
 
 // handoff appends the entries an append of this replica just added to the log, when
@@ -141,10 +146,8 @@ func (f *feed) after(cursor string, n int) (es []store.LogEntry, ok bool) {
 	if f.owner == nil || store.CompareIDs(cursor, f.from) < 0 {
 		return nil, false
 	}
-	i, _ := slices.BinarySearchFunc(f.entries, cursor, func(e store.LogEntry, id string) int {
-		return store.CompareIDs(e.ID, id)
-	})
-	if i < len(f.entries) && f.entries[i].ID == cursor {
+	i, found := f.find(cursor)
+	if found {
 		i++
 	}
 	return f.entries[i:min(i+n, len(f.entries)):min(i+n, len(f.entries))], true
