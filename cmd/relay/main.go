@@ -40,11 +40,13 @@ verifies each one, keeps it durably in Redis, and writes it to every matching cu
 destination (Amazon EventBridge, Amazon Kinesis, Google Pub/Sub), in arrival order.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionLine(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCmd(e), checkConfigCmd(e), deriveKeyCmd(e), publishCmd(e), watchCmd(e), destinationsCmd(e), externalIDsCmd(e), exportCmd(e), accountsCmd(e), signInLinkCmd(e))
+	root.AddCommand(serveCmd(e), checkConfigCmd(e), deriveKeyCmd(e), publishCmd(e), watchCmd(e), destinationsCmd(e), externalIDsCmd(e), exportCmd(e), accountsCmd(e), signInLinkCmd(e), versionCmd(e), upgradeCmd(e))
 	return root.ExecuteContext(ctx)
 }

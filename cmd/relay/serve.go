@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/mercamap/relay"
 	"github.com/mercamap/relay/internal/api"
 	"github.com/mercamap/relay/internal/assume"
 	"github.com/mercamap/relay/internal/config"
@@ -33,6 +34,7 @@ import (
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 	"github.com/mercamap/relay/internal/tracing"
+	"github.com/mercamap/relay/internal/upgrade"
 )
 
 func serveCmd(e env) *cobra.Command {
@@ -102,9 +104,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	reg := prometheus.NewRegistry()
 	// The Go runtime, the process (CPU, memory, open files) and the build's version.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collectors.NewBuildInfoCollector())
+		collectors.NewBuildInfoCollector(), buildInfo())
 	tracer, err := tracing.New(cfg.Tracing, tracing.Options{Queue: cfg.RabbitMQ.Queue,
-		Instance: podName(e.getenv), PodName: e.getenv("POD_NAME")})
+		Instance: podName(e.getenv), PodName: e.getenv("POD_NAME"), Version: relay.Version()})
 	if err != nil {
 		return err
 	}
@@ -121,6 +123,11 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}
 	defer closeSinks()
 	owner := replicaName()
+	// The roll's part: this release's heartbeat, the start's checks, the state format.
+	var keeperErr error
+	keeper := upgrade.New(upgrade.Options{Store: st, Owner: owner, Release: thisRelease(), Known: knownReleases(),
+		TTL: cfg.Delivery.LeaseTTL, Logger: log.With("component", "upgrade"), Registerer: reg,
+		Stop: func(err error) { keeperErr = err; stop() }})
 	// Operator events wait in Redis outboxes until the broker confirms them.
 	outbox := notify.New(notify.Options{URLs: cfg.RabbitMQ.URLs, Exchange: cfg.Delivery.OperatorEventsExchange,
 		Store: st, Consumer: owner, Logger: log.With("component", "notify"), Metrics: notify.NewMetrics(reg)})
@@ -244,7 +251,17 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		if err := waitForRedis(ctx, st, log, apiSrv.Starting); err != nil {
 			return err
 		}
-		problems, loaded, err := startFromRedis(ctx, st, cfg, rl)
+		// Before anything is written: may this release run beside the others?
+		err := keeper.Start(ctx)
+		var refused *upgrade.RefusedError
+		if errors.As(err, &refused) {
+			return err
+		}
+		var problems config.Problems
+		var loaded []destination.Destination
+		if err == nil {
+			problems, loaded, err = startFromRedis(ctx, st, cfg, rl)
+		}
 		if len(problems) > 0 {
 			return problems
 		}
@@ -263,12 +280,13 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	}
 	apiSrv.Started()
 
-	log.Info("relay starting", "accounts", len(cfg.Accounts), "destinations", len(all), "api_destinations", len(all)-len(cfg.Destinations),
+	log.Info("relay starting", "version", relay.Version(), "state_format", keeper.Writes(), "accounts", len(cfg.Accounts), "destinations", len(all), "api_destinations", len(all)-len(cfg.Destinations),
 		"api", ln.Addr().String(), "metrics", metricsLn.Addr().String())
 	var wg sync.WaitGroup
 	var ingestErr error
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); src.run(ctx) }()
+	go func() { defer wg.Done(); keeper.Run(ctx) }()
 	go func() {
 		defer wg.Done()
 		if ingestErr = consumer.Run(ctx); ingestErr != nil {
@@ -292,6 +310,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	wg.Wait()
 	httpWG.Wait()
 	log.Info("relay stopped")
+	if keeperErr != nil {
+		return keeperErr
+	}
 	return ingestErr
 }
 
