@@ -106,7 +106,13 @@ func render(t *testing.T, sets ...string) map[string]manifest {
 // one object.
 func renderFlags(t *testing.T, flags ...string) map[string]manifest {
 	t.Helper()
-	args := append([]string{"template", "relay", "relay"}, flags...)
+	return renderChart(t, "relay", flags...)
+}
+
+// renderChart is renderFlags of the chart in dir.
+func renderChart(t *testing.T, dir string, flags ...string) map[string]manifest {
+	t.Helper()
+	args := append([]string{"template", "relay", dir}, flags...)
 	out, err := helm(t, args...)
 	if err != nil {
 		t.Fatalf("helm %v: %v\n%s", args, err, out)
@@ -242,41 +248,48 @@ func TestChartConfigPassesCheckConfigWithTheDeploymentsEnvironment(t *testing.T)
 		if err := os.WriteFile(cfg, []byte(objs["ConfigMap"].get("data", "relay.yaml").(string)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c := manifest(objs["Deployment"].get("spec", "template", "spec").(map[string]any)).get("containers", 0).(map[string]any)
-		env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-		samples := map[string]string{ // what each Secret key would hold
-			"RELAY_RABBITMQ_URL":        "amqps://relay:pw@rabbitmq.example.internal:5671/",
-			"RELAY_REDIS_URL":           "rediss://:pw@redis.example.internal:6379/0",
-			"FETCHER_EXTERNAL_HMAC_KEY": strings.Repeat("ab", 32),
-			"RELAY_ADMIN_TOKEN":         "admin-token-0123456789abcdef",
-		}
-		for _, e := range c["env"].([]any) {
-			entry := manifest(e.(map[string]any))
-			name := entry["name"].(string)
-			if v, plain := entry["value"].(string); plain { // GOMEMLIMIT
-				env = append(env, name+"="+v)
-				continue
-			}
-			if entry.get("valueFrom", "fieldRef", "fieldPath") == "metadata.name" { // POD_NAME
-				env = append(env, name+"=relay-7d9f8c6b5-x2x4q")
-				continue
-			}
-			if ref := entry.get("valueFrom", "secretKeyRef", "name"); ref == "relay-external-id" { // the chart's own
-				env = append(env, name+"="+secretValue(t, objs["Secret/relay-external-id"], entry.get("valueFrom", "secretKeyRef", "key").(string)))
-				continue
-			}
-			v, ok := samples[name]
-			if !ok {
-				t.Fatalf("the Deployment sets %s, which the test has no sample value for", name)
-			}
-			env = append(env, name+"="+v)
-		}
 		cmd := exec.Command(relay, "check-config", "--config", cfg)
-		cmd.Env = env
+		cmd.Env = deploymentEnv(t, objs)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("the chart's config (%v) fails check-config: %v\n%s", sets, err, out)
 		}
 	}
+}
+
+// deploymentEnv is the relay container's environment as the rendered Deployment sets it,
+// each Secret key holding a sample value.
+func deploymentEnv(t *testing.T, objs map[string]manifest) []string {
+	t.Helper()
+	c := container(objs)
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	samples := map[string]string{ // what each Secret key would hold
+		"RELAY_RABBITMQ_URL":        "amqps://relay:pw@rabbitmq.example.internal:5671/",
+		"RELAY_REDIS_URL":           "rediss://:pw@redis.example.internal:6379/0",
+		"FETCHER_EXTERNAL_HMAC_KEY": strings.Repeat("ab", 32),
+		"RELAY_ADMIN_TOKEN":         "admin-token-0123456789abcdef",
+	}
+	for _, e := range c["env"].([]any) {
+		entry := manifest(e.(map[string]any))
+		name := entry["name"].(string)
+		if v, plain := entry["value"].(string); plain { // GOMEMLIMIT
+			env = append(env, name+"="+v)
+			continue
+		}
+		if entry.get("valueFrom", "fieldRef", "fieldPath") == "metadata.name" { // POD_NAME
+			env = append(env, name+"=relay-7d9f8c6b5-x2x4q")
+			continue
+		}
+		if ref := entry.get("valueFrom", "secretKeyRef", "name"); ref == "relay-external-id" { // the chart's own
+			env = append(env, name+"="+secretValue(t, objs["Secret/relay-external-id"], entry.get("valueFrom", "secretKeyRef", "key").(string)))
+			continue
+		}
+		v, ok := samples[name]
+		if !ok {
+			t.Fatalf("the Deployment sets %s, which the test has no sample value for", name)
+		}
+		env = append(env, name+"="+v)
+	}
+	return env
 }
 
 // secretValue is key's value in a rendered Secret, decoded.
