@@ -51,8 +51,10 @@ func ExtractCommit(t testing.TB, commit string, paths ...string) string {
 	if err := untar.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", commit, err, out)
+	var stderr strings.Builder
+	archive.Stderr = &stderr
+	if err := archive.Run(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", commit, err, stderr.String())
 	}
 	if err := untar.Wait(); err != nil {
 		t.Fatalf("tar -x of %s: %v", commit, err)

@@ -92,6 +92,9 @@ func (k *Keeper) Start(ctx context.Context) error {
 	if err := announce(ctx, rdb, k.o.Owner, k.o.Release, k.o.TTL); err != nil {
 		return fmt.Errorf("replica heartbeat: %w", err)
 	}
+	if s, err = ReadStatus(ctx, k.o.Store, k.o.TTL); err != nil { // this replica among them
+		return err
+	}
 	k.observe(s)
 	return nil
 }
