@@ -162,4 +162,3 @@ func redisClient(t *testing.T, url string) redis.UniversalClient {
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
 }
-
