@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,9 @@ type Options struct {
 	// Stop is called when the format in force became one this release cannot read while
 	// it ran (a switch raced its start): the replica must stop, with err's sentence.
 	Stop func(err error)
+	// Rewrites are this release's background rewrites of existing keys, each run once
+	// its format is in force (none in 0.2.0).
+	Rewrites []Rewrite
 }
 
 // Keeper is one replica's part in a roll: its heartbeat entry, the start's checks, the
@@ -36,6 +40,7 @@ type Keeper struct {
 	o      Options
 	format atomic.Int64
 	m      metrics
+	rw     *rewriter
 }
 
 type metrics struct {
@@ -56,6 +61,7 @@ func New(o Options) *Keeper {
 			Help: "Live replicas by the release they run, as their heartbeats say."}, []string{"version"}),
 	}}
 	k.format.Store(1)
+	k.rw = newRewriter(k)
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(k.m.format, k.m.target, k.m.pending, k.m.replicas)
 	}
@@ -99,8 +105,13 @@ func (k *Keeper) Start(ctx context.Context) error {
 	return nil
 }
 
-// Run beats until ctx ends, then removes this replica's heartbeat entry.
+// Run beats until ctx ends, then removes this replica's heartbeat entry. The background
+// rewrites run beside it.
 func (k *Keeper) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); k.rw.run(ctx) }()
+	defer wg.Wait()
 	t := time.NewTicker(max(k.o.TTL/3, 100*time.Millisecond))
 	defer t.Stop()
 	for {
