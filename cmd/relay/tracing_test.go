@@ -8,6 +8,7 @@ import (
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/mercamap/relay"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/tracing/tracingtest"
 )
@@ -52,8 +53,8 @@ func TestTraceContinuesTheProducersTraceparentFromConsumeToTheWrite(t *testing.T
 	if rcv.ServiceName(write) != "relay-test" {
 		t.Errorf("service.name %q, want tracing.service_name", rcv.ServiceName(write))
 	}
-	if res := rcv.Resource(write); res["service.version"] == "" || res["service.instance.id"] != "relay-test-pod-0" || res["k8s.pod.name"] != "relay-test-pod-0" {
-		t.Errorf("resource %v: want service.version and the pod's name (POD_NAME) as service.instance.id and k8s.pod.name", res)
+	if res := rcv.Resource(write); res["service.version"] != relay.Version() || res["service.instance.id"] != "relay-test-pod-0" || res["k8s.pod.name"] != "relay-test-pod-0" {
+		t.Errorf("resource %v: want service.version (VERSION) and the pod's name (POD_NAME) as service.instance.id and k8s.pod.name", res)
 	}
 
 	// The STS setup that gave the write its session is a span of its own.

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"runtime/debug"
 	"strings"
 	"unicode/utf8"
 
@@ -23,6 +22,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/mercamap/relay"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
@@ -45,7 +45,7 @@ type Options struct {
 	Instance string
 	// PodName, when set (POD_NAME), is also k8s.pod.name.
 	PodName string
-	// Version is service.version; "" reads the build's (the same as relay_build_info).
+	// Version is service.version; "" is this release's (VERSION, as relay_build_info says).
 	Version string
 }
 
@@ -85,14 +85,9 @@ func New(cfg config.Tracing, o Options) (*Tracer, error) {
 	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/mercamap/relay"), queue: o.Queue}, nil
 }
 
-// buildVersion is the main module's version as the build recorded it ("(devel)" for a
-// plain go build in a checkout without VCS stamping).
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "unknown"
-}
+// buildVersion is this release's number (VERSION, as relay version and
+// relay_build_info say it).
+func buildVersion() string { return relay.Version() }
 
 // Shutdown exports the spans still buffered and stops the exporter.
 func (t *Tracer) Shutdown(ctx context.Context) error { return t.provider.Shutdown(ctx) }
