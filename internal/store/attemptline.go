@@ -2,10 +2,12 @@ package store
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,4 +86,88 @@ func longMessageID(s string) string {
 func uuidOf(b string) string {
 	u := hex.EncodeToString([]byte(b))
 	return u[:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:]
+}
+
+// outcomeEvent is the channel event a commit's attempt line stands for (emit_outcome):
+// its type by the outcome, its time the line's, its data from the line's fields.
+func outcomeEvent(seq int64, dest string, line redis.XMessage) ChannelEvent {
+	a := attemptOf(line)
+	typ := outcomeType(a.Outcome)
+	m := longMessageID(str(line.Values["m"]))
+	if str(line.Values["m"]) == "=" { // the relay's own id for the event (short_id)
+		m = destination.MessageID(dest, a.EventID)
+	}
+	v := map[string]any{"e": line.Values["event_id"], "x": line.Values["message"], "m": m}
+	for _, k := range []string{"t", "f", "g"} {
+		if x, ok := line.Values[k]; ok {
+			v[k] = x
+		}
+	}
+	return ChannelEvent{Sequence: seq, Type: typ, Time: a.At, Data: outcomeData(dest, typ, a.At, v)}
+}
+
+// outcomeType is the type of the event a commit's outcome makes: outcomeClass the other
+// way round ("" for an outcome no event has).
+func outcomeType(kind string) string {
+	for typ, class := range outcomeClass {
+		if class == kind {
+			return typ
+		}
+	}
+	return ""
+}
+
+// outcomeClass is the class a delivery outcome's event names, by its type.
+var outcomeClass = map[string]string{"delivery.succeeded": KindDelivered, "delivery.rejected": KindRejected,
+	"delivery.not_taken": KindNotTaken, "message.expired": KindExpired}
+
+// outcomeData is the data of a delivery's outcome from its short form: the event's
+// fields, and the card fields the outcome changed, as the card holds them (the last
+// delivery or failure at the event's time, the count of failures in a row and the
+// failing warning when they moved).
+func outcomeData(dest, typ string, at time.Time, v map[string]any) json.RawMessage {
+	type lastDelivery struct {
+		At      string `json:"at"`
+		EventID string `json:"event_id"`
+	}
+	type lastFailure struct {
+		At      string `json:"at"`
+		EventID string `json:"event_id"`
+		Class   string `json:"class"`
+		Message string `json:"message"`
+	}
+	class, iso, id := outcomeClass[typ], at.Format(time.RFC3339Nano), longEventID(str(v["e"]))
+	var sentence string
+	if x, ok := v["x"]; ok {
+		sentence = longMessage(class, str(x))
+	}
+	state := map[string]any{}
+	switch class {
+	case KindDelivered:
+		state["last_delivery"] = lastDelivery{iso, id}
+	case KindRejected, KindNotTaken:
+		state["last_failure"] = lastFailure{iso, id, class, sentence}
+	}
+	if f, ok := v["f"].(string); ok {
+		state["consecutive_failures"], _ = strconv.Atoi(f)
+	}
+	if g, ok := v["g"].(string); ok {
+		if g == "" {
+			state["failing"] = nil
+		} else {
+			state["failing"] = json.RawMessage(g)
+		}
+	}
+	data := map[string]any{"destination": dest, "event_id": id, "class": class, "state": state}
+	if m := str(v["m"]); m != "" {
+		data["message_id"] = m
+	}
+	if sentence != "" {
+		data["message"] = sentence
+	}
+	if v["t"] == "1" {
+		data["test"] = true
+	}
+	b, _ := json.Marshal(data) // strings, numbers and stored JSON: always marshals
+	return b
 }
