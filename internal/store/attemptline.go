@@ -13,16 +13,56 @@ import (
 
 // An attempt line is stored short by the scripts' add_attempt (lua.go); attemptOf reads
 // it back exactly. Lines written before the short form read back as they were stored.
+// A delivery's outcome on a channel, kept in its short form or as the attempt line it
+// stands for (emit_outcome), is read back here too (outcomeData, outcomeEvent).
 
-// outcomeOfCode is add_attempt's outcome_code the other way round.
-var outcomeOfCode = map[string]string{"0": KindDelivered, "1": KindRejected, "2": KindNotTaken, "3": KindExpired,
-	"4": "replayed", "5": "retry_queued"}
+// outcomes are the outcomes an attempt line names, in the order of add_attempt's
+// outcome_code (its digit is the index), each with the type of the channel event it
+// makes ("" for an outcome no event has).
+var outcomes = [...]struct{ kind, eventType string }{
+	{KindDelivered, "delivery.succeeded"},
+	{KindRejected, "delivery.rejected"},
+	{KindNotTaken, "delivery.not_taken"},
+	{KindExpired, "message.expired"},
+	{"replayed", ""},
+	{"retry_queued", ""},
+}
+
+// outcomeOfCode is the outcome add_attempt's outcome_code names, if code is one.
+func outcomeOfCode(code string) (string, bool) {
+	if len(code) != 1 || code[0] < '0' || int(code[0]-'0') >= len(outcomes) {
+		return "", false
+	}
+	return outcomes[code[0]-'0'].kind, true
+}
+
+// outcomeType is the type of the event a commit's outcome makes ("" for an outcome no
+// event has).
+func outcomeType(kind string) string {
+	for _, o := range outcomes {
+		if o.kind == kind {
+			return o.eventType
+		}
+	}
+	return ""
+}
+
+// outcomeClass is the class a delivery outcome's event names, by its type ("" for an
+// event of no outcome).
+func outcomeClass(typ string) string {
+	for _, o := range outcomes {
+		if typ != "" && o.eventType == typ {
+			return o.kind
+		}
+	}
+	return ""
+}
 
 // attemptOf is the attempt a stored line holds.
 func attemptOf(m redis.XMessage) Attempt {
 	ms, _ := strconv.ParseInt(str(m.Values["at"]), 10, 64)
 	outcome := str(m.Values["outcome"])
-	if o, ok := outcomeOfCode[outcome]; ok {
+	if o, ok := outcomeOfCode(outcome); ok {
 		outcome = o
 	}
 	a := Attempt{N: seqOf(m.ID), At: time.UnixMilli(ms).UTC(), EventID: longEventID(str(m.Values["event_id"])),
@@ -106,21 +146,6 @@ func outcomeEvent(seq int64, dest string, line redis.XMessage) ChannelEvent {
 	return ChannelEvent{Sequence: seq, Type: typ, Time: a.At, Data: outcomeData(dest, typ, a.At, v)}
 }
 
-// outcomeType is the type of the event a commit's outcome makes: outcomeClass the other
-// way round ("" for an outcome no event has).
-func outcomeType(kind string) string {
-	for typ, class := range outcomeClass {
-		if class == kind {
-			return typ
-		}
-	}
-	return ""
-}
-
-// outcomeClass is the class a delivery outcome's event names, by its type.
-var outcomeClass = map[string]string{"delivery.succeeded": KindDelivered, "delivery.rejected": KindRejected,
-	"delivery.not_taken": KindNotTaken, "message.expired": KindExpired}
-
 // outcomeData is the data of a delivery's outcome from its short form: the event's
 // fields, and the card fields the outcome changed, as the card holds them (the last
 // delivery or failure at the event's time, the count of failures in a row and the
@@ -136,7 +161,7 @@ func outcomeData(dest, typ string, at time.Time, v map[string]any) json.RawMessa
 		Class   string `json:"class"`
 		Message string `json:"message"`
 	}
-	class, iso, id := outcomeClass[typ], at.Format(time.RFC3339Nano), longEventID(str(v["e"]))
+	class, iso, id := outcomeClass(typ), at.Format(time.RFC3339Nano), longEventID(str(v["e"]))
 	var sentence string
 	if x, ok := v["x"]; ok {
 		sentence = longMessage(class, str(x))
