@@ -173,7 +173,7 @@ func (c *Consumer) prepare(ctx context.Context, l link, pb *prepared, from int) 
 			continue
 		}
 		if rej != nil {
-			msg, fits := c.quarantineCopy(l, d, rej)
+			msg, fits := c.fittingCopy(l, d, rej)
 			if !fits {
 				if err := c.deadLetter(d, rej.reason, "the quarantine copy would not fit in one frame"); err != nil {
 					return err

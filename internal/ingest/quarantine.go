@@ -99,10 +99,10 @@ type quarantined struct {
 	msg    amqp.Publishing
 }
 
-// quarantineCopy is the copy of d to republish to the quarantine exchange: every
-// property kept, with why. fits is false when the copy would not fit in one frame (the
-// broker would close the connection).
-func (c *Consumer) quarantineCopy(l link, d amqp.Delivery, rej *rejection) (msg amqp.Publishing, fits bool) {
+// fittingCopy is d's quarantineCopy, to republish to the quarantine exchange, and
+// whether it fits: fits is false when its content header would not fit in one frame of
+// l's connections (the broker would close the connection).
+func (c *Consumer) fittingCopy(l link, d amqp.Delivery, rej *rejection) (msg amqp.Publishing, fits bool) {
 	msg = quarantineCopy(d, rej, c.opts.Topology.Quarantine.MaxBodyBytes)
 	if size := headerFrameSize(msg); size < 0 || (l.frameMax > 0 && size > l.frameMax) {
 		return msg, false

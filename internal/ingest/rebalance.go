@@ -13,11 +13,13 @@ import (
 // Rebalancing: with partitions, each replica consumes every partition queue and hands
 // the ones over its share to the others.
 
-// partition is one queue this session consumes, and what rebalance knows of it.
+// partition is one queue this session consumes, its subscription, and what rebalance
+// knows of it.
 type partition struct {
 	queue string
-	last  atomic.Int64 // UnixNano of the last batch taken from it; 0 since (re)subscribing
-	yield atomic.Bool  // rebalance asks to hand it to another replica
+	sub   *subscription // set by the session, then by consume alone (a handover's new one)
+	last  atomic.Int64  // UnixNano of the last batch taken from it; 0 since (re)subscribing
+	yield atomic.Bool   // rebalance asks to hand it to another replica
 	// yieldNow wakes a batches loop waiting for deliveries when rebalance sets yield: a
 	// partition that went quiet right after it was counted hands over all the same.
 	yieldNow chan struct{}
@@ -26,16 +28,16 @@ type partition struct {
 // errYield ends a subscription that rebalance hands to another replica.
 var errYield = errors.New("partition handed to another replica")
 
-// consume takes batches from *sub until ctx is cancelled or the connection fails. When
-// rebalance asks, it settles the batch in hand, closes the subscription and subscribes
-// again: it then waits behind the other replicas' consumers.
-func (c *Consumer) consume(ctx context.Context, conn, pub *amqp.Connection, gate *flowGate, nonce string, p *partition, sub **subscription) error {
+// consume takes batches from p's subscription until ctx is cancelled or the connection
+// fails. When rebalance asks, it settles the batch in hand, closes the subscription and
+// subscribes again: it then waits behind the other replicas' consumers.
+func (c *Consumer) consume(ctx context.Context, s *session, p *partition) error {
 	for {
-		err := c.batches(ctx, p, *sub)
+		err := c.batches(ctx, p, p.sub)
 		if !errors.Is(err, errYield) {
 			return err
 		}
-		(*sub).close()
+		p.sub.close()
 		p.last.Store(0)
 		p.yield.Store(false)
 		select { // a wake-up left from the handover just made
@@ -44,11 +46,11 @@ func (c *Consumer) consume(ctx context.Context, conn, pub *amqp.Connection, gate
 		}
 		c.opts.Metrics.PartitionHandovers.Inc()
 		c.opts.Logger.Info("partition handed over to another replica", "queue", p.queue)
-		s, err := c.subscribe(conn, pub, gate, nonce, p.queue)
+		sub, err := c.subscribe(s, p.queue)
 		if err != nil {
-			return err
+			return err // p.sub, closed, is stopped again by the session: a no-op
 		}
-		*sub = s
+		p.sub = sub
 	}
 }
 

@@ -26,7 +26,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	wait := minWait
 	for {
 		started := time.Now()
-		err := c.session(ctx)
+		err := c.runSession(ctx)
 		wasConnected := c.connected.Swap(false)
 		if ctx.Err() != nil {
 			return nil
@@ -53,17 +53,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// session runs one broker connection until it fails or ctx is cancelled: one consumer
-// (with its own channels) for each queue of the topology, the count of what a bounded
+// session is one broker connection and what rides beside it: the quarantine's own
+// connection (publisher.go: why apart) with the gate that says whether the broker
+// blocks it, and the nonce of the connection's header filter (unreadableReason).
+type session struct {
+	conn  *amqp.Connection // through a headerFilter (framefilter.go)
+	pub   *amqp.Connection // the quarantine copies' connection
+	gate  *flowGate
+	nonce string
+}
+
+// runSession runs one session until it fails or ctx is cancelled: one consumer (with
+// its own channels) for each queue of the topology, the count of what a bounded
 // quarantine drops and, with partitions, the rebalancing loop.
-func (c *Consumer) session(ctx context.Context) error {
+func (c *Consumer) runSession(ctx context.Context) error {
 	// Through a headerFilter: headers amqp091-go cannot read would otherwise close the
 	// connection at every delivery of the same message.
-	var conn *amqp.Connection
-	var nonce, at string
+	var s session
+	var at string
 	err := c.nodes.Connect(func(url string) error {
 		var err error
-		conn, nonce, err = dialFiltered(url, amqp.Config{
+		s.conn, s.nonce, err = dialFiltered(url, amqp.Config{
 			Heartbeat:  10 * time.Second,
 			Properties: amqp.Table{"connection_name": "relay-ingest"},
 		})
@@ -73,15 +83,15 @@ func (c *Consumer) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err) // dial errors name the host, never the password
 	}
-	defer conn.Close()
-	pub, gate, err := openPublisher(at, c.opts.Logger) // publisher.go: why apart
+	defer s.conn.Close()
+	s.pub, s.gate, err = openPublisher(at, c.opts.Logger) // publisher.go: why apart
 	if err != nil {
 		return fmt.Errorf("connect to broker for the quarantine: %w", err)
 	}
 	// A blocked connection's close is never answered (the broker does not read it).
-	defer func() { _ = pub.CloseDeadline(time.Now().Add(pubCloseWait)) }()
-	pubClosed := pub.NotifyClose(make(chan *amqp.Error, 1))
-	ch, err := conn.Channel()
+	defer func() { _ = s.pub.CloseDeadline(time.Now().Add(pubCloseWait)) }()
+	pubClosed := s.pub.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := s.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
@@ -94,27 +104,28 @@ func (c *Consumer) session(ctx context.Context) error {
 	defer cancel()
 	queues := c.opts.Topology.Queues()
 	parts := make([]*partition, len(queues))
-	subs := make([]*subscription, len(queues))
-	defer func() {
-		for _, s := range subs {
-			s.stop() // the connection's close (deferred above) closes the channels
-		}
-	}()
 	for i, q := range queues {
 		parts[i] = &partition{queue: q, yieldNow: make(chan struct{}, 1)}
-		if subs[i], err = c.subscribe(conn, pub, gate, nonce, q); err != nil {
+	}
+	defer func() {
+		for _, p := range parts {
+			p.sub.stop() // the connection's close (deferred above) closes the channels
+		}
+	}()
+	for _, p := range parts {
+		if p.sub, err = c.subscribe(&s, p.queue); err != nil {
 			return err
 		}
 	}
 	c.connected.Store(true)
-	c.conn.Store(conn)
+	c.conn.Store(s.conn)
 	defer c.conn.Store(nil)
 	defer c.heldSince.Store(0) // unacked messages go back to the queue with the connection
 	c.opts.Logger.Info("consuming", "queues", queues, "prefetch", c.opts.Prefetch)
 
 	var drops func() error // counts what the full quarantine drops; nil: unbounded
 	if c.opts.Topology.Quarantine.bounded() {
-		if drops, err = c.countDrops(sctx, conn); err != nil {
+		if drops, err = c.countDrops(sctx, s.conn); err != nil {
 			return err
 		}
 	}
@@ -137,18 +148,18 @@ func (c *Consumer) session(ctx context.Context) error {
 			errs <- drops()
 		}()
 	}
-	for i, p := range parts {
+	for _, p := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- c.consume(sctx, conn, pub, gate, nonce, p, &subs[i])
+			errs <- c.consume(sctx, &s, p)
 		}()
 	}
 	if len(parts) > 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- c.rebalance(sctx, conn, parts)
+			errs <- c.rebalance(sctx, s.conn, parts)
 		}()
 	}
 	// The first to end (an error, or nil on shutdown) ends the session; each consumer
@@ -168,9 +179,10 @@ type subscription struct {
 	done           chan struct{} // closed by stop
 }
 
-// subscribe opens a subscription to queue on conn, its quarantine channel on pub.
-func (c *Consumer) subscribe(conn, pub *amqp.Connection, gate *flowGate, nonce, queue string) (*subscription, error) {
-	ch, err := conn.Channel()
+// subscribe opens a subscription to queue on the session's connection, its quarantine
+// channel on the quarantine's.
+func (c *Consumer) subscribe(ss *session, queue string) (*subscription, error) {
+	ch, err := ss.conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
@@ -179,7 +191,7 @@ func (c *Consumer) subscribe(conn, pub *amqp.Connection, gate *flowGate, nonce, 
 		s.close()
 		return nil, fmt.Errorf("set prefetch: %w", err)
 	}
-	if s.quarantine, err = pub.Channel(); err != nil {
+	if s.quarantine, err = ss.pub.Channel(); err != nil {
 		s.close()
 		return nil, fmt.Errorf("open quarantine channel: %w", err)
 	}
@@ -187,7 +199,7 @@ func (c *Consumer) subscribe(conn, pub *amqp.Connection, gate *flowGate, nonce, 
 		s.close()
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
-	s.link = link{quarantine: s.quarantine, gate: gate, nonce: nonce, frameMax: min(conn.Config.FrameSize, pub.Config.FrameSize)}
+	s.link = link{quarantine: s.quarantine, gate: ss.gate, nonce: ss.nonce, frameMax: min(ss.conn.Config.FrameSize, ss.pub.Config.FrameSize)}
 	tag := "relay-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	// Not ConsumeWithContext: its cancel on ctx.Done races with close's Channel.Close, and
 	// amqp091-go can hand one call's reply to the other, leaving that call waiting forever.
