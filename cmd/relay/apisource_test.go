@@ -17,7 +17,7 @@ import (
 // change of a destination comes back through the follower of the replica whose API made
 // it, and could come before the create cleared what an earlier destination of the id
 // left in Redis. Taken then, its worker ran the setup check on the state the create
-// deleted next ("the setup check did not run: destination has no stored state") and
+// deleted next ("the setup check did not run: no such destination") and
 // the new destination waited a whole check backoff: make bench saw a create's first
 // event not delivered in 30 s. The follower leaves such an id to the create, and takes
 // any other change at once.
@@ -38,7 +38,7 @@ func TestTheFollowerLeavesADestinationThisReplicasAPIIsMakingToTheCreate(t *test
 	taken := func(id string) bool {
 		_, inDispatcher := disp.Destination(id)
 		_, err := st.LoadState(t.Context(), store.Ref{Account: "acct_1", ID: id})
-		if inDispatcher != (err == nil) && !errors.Is(err, store.ErrUnknownDestination) {
+		if inDispatcher != (err == nil) && !errors.Is(err, destination.ErrNotFound) {
 			t.Fatalf("%s: in the dispatcher %v, its state: %v", id, inDispatcher, err)
 		}
 		return inDispatcher && err == nil

@@ -117,7 +117,7 @@ func (s *Server) getAccount(w http.ResponseWriter, r *http.Request, p principal)
 		switch {
 		case err == nil:
 			created = &rec.CreatedAt
-		case !errors.Is(err, registry.ErrNotFound):
+		case !errors.Is(err, destination.ErrNotFound):
 			s.fail(w, r, err)
 			return
 		}
@@ -192,7 +192,7 @@ func (s *Server) managedAccount(w http.ResponseWriter, r *http.Request, a config
 		if err == nil {
 			return rec, true
 		}
-		if !errors.Is(err, registry.ErrNotFound) {
+		if !errors.Is(err, destination.ErrNotFound) {
 			s.fail(w, r, err)
 			return rec, false
 		}
@@ -277,7 +277,7 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request, p princip
 	case errors.Is(err, registry.ErrBusy):
 		busy(max(1, s.destinationCounts()[a.ID]))
 		return
-	case errors.Is(err, registry.ErrNotFound):
+	case errors.Is(err, destination.ErrNotFound):
 	case err != nil:
 		s.fail(w, r, err)
 		return

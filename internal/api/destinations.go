@@ -333,7 +333,7 @@ func intParam(r *http.Request, name string, def, least int64) (int64, *apiError)
 // fail answers for an error of the dispatcher or the channels.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, dispatch.ErrNotFound), errors.Is(err, store.ErrUnknownDestination), errors.Is(err, stream.ErrNotFound):
+	case errors.Is(err, destination.ErrNotFound):
 		writeError(w, errNotFound("no such destination (the config was reloaded?)"))
 	case errors.Is(err, stream.ErrCursorExpired):
 		writeError(w, errExpired("the cursor is older than what the channel keeps: load a new snapshot"))

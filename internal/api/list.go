@@ -203,7 +203,7 @@ func (s *Server) cardsOf(r *http.Request, dests []destination.Destination) ([]st
 	out := make([]stream.Card, 0, len(dests))
 	for i, err := range errs {
 		switch {
-		case errors.Is(err, stream.ErrNotFound):
+		case errors.Is(err, destination.ErrNotFound):
 		case err != nil:
 			return nil, err
 		default:

@@ -13,7 +13,6 @@ import (
 
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
-	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/ratelimit"
 	"github.com/mercamap/relay/internal/registry"
 	"github.com/mercamap/relay/internal/store"
@@ -178,7 +177,7 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 		return
 	}
 	if !made { // a retried create: the destination its key made, on whichever replica
-		if rec, err = s.opts.Registry.Get(r.Context(), id); errors.Is(err, registry.ErrNotFound) {
+		if rec, err = s.opts.Registry.Get(r.Context(), id); errors.Is(err, destination.ErrNotFound) {
 			writeError(w, errConflict("this Idempotency-Key made destination "+strconv.Quote(id)+", deleted since: use a new key"))
 			return
 		} else if err != nil {
@@ -299,12 +298,12 @@ func (s *Server) deleteDestination(w http.ResponseWriter, r *http.Request, p pri
 	}
 	ch, err := s.opts.Destinations.Delete(r.Context(), d.ID, func(ctx context.Context) error {
 		err := s.opts.Registry.Delete(ctx, d.ID)
-		if errors.Is(err, registry.ErrNotFound) {
+		if errors.Is(err, destination.ErrNotFound) {
 			return nil // deleted meanwhile, through another replica
 		}
 		return err
 	})
-	if errors.Is(err, dispatch.ErrNotFound) {
+	if errors.Is(err, destination.ErrNotFound) {
 		writeError(w, errNotFound("no destination "+strconv.Quote(d.ID)+" under "+string(d.Connector)))
 		return
 	}

@@ -108,8 +108,9 @@ func TestThePageHasNoInlineScriptStyleOrOtherOrigin(t *testing.T) {
 }
 
 // The page is split into modules (issue 32): each one app.js reaches is served, the page
-// preloads each (no waterfall of one import level at a time), none is left unused, and
-// none grows past about 400 lines, as the Go files are kept.
+// preloads each (no waterfall of one import level at a time), none is left unused, none
+// grows past about 400 lines, as the Go files are kept, and none imports in a circle
+// (issue 45: a circle works only while no module uses an import as it loads).
 func TestEveryModuleIsImportedPreloadedAndShort(t *testing.T) {
 	srv := serve(t)
 	_, page := get(t, srv.URL+"/console/")
@@ -119,6 +120,7 @@ func TestEveryModuleIsImportedPreloadedAndShort(t *testing.T) {
 	}
 	importRE := regexp.MustCompile(`(?m)^import [^;]* from '\./([\w.-]+)';$`)
 	reached := map[string]bool{"app.js": true}
+	imports := map[string][]string{}
 	for queue := []string{"app.js"}; len(queue) > 0; queue = queue[1:] {
 		resp, js := get(t, srv.URL+"/console/"+queue[0])
 		if resp.StatusCode != http.StatusOK {
@@ -126,6 +128,7 @@ func TestEveryModuleIsImportedPreloadedAndShort(t *testing.T) {
 			continue
 		}
 		for _, m := range importRE.FindAllStringSubmatch(js, -1) {
+			imports[queue[0]] = append(imports[queue[0]], m[1])
 			if !reached[m[1]] {
 				reached[m[1]] = true
 				queue = append(queue, m[1])
@@ -152,6 +155,41 @@ func TestEveryModuleIsImportedPreloadedAndShort(t *testing.T) {
 			t.Errorf("the page preloads %s, which no module imports", m)
 		}
 	}
+	if circle := importCircle(imports, "app.js"); circle != nil {
+		t.Errorf("the modules import in a circle: %s", strings.Join(circle, " → "))
+	}
+}
+
+// importCircle returns the first circle of imports reached from root (its first module
+// again at its end), or nil when there is none.
+func importCircle(imports map[string][]string, root string) []string {
+	const walking, done = 1, 2
+	state := map[string]int{}
+	var path []string
+	var walk func(m string) []string
+	walk = func(m string) []string {
+		switch state[m] {
+		case walking:
+			for i, p := range path {
+				if p == m {
+					return append(append([]string{}, path[i:]...), m)
+				}
+			}
+		case done:
+			return nil
+		}
+		state[m] = walking
+		path = append(path, m)
+		for _, next := range imports[m] {
+			if c := walk(next); c != nil {
+				return c
+			}
+		}
+		path = path[:len(path)-1]
+		state[m] = done
+		return nil
+	}
+	return walk(root)
 }
 
 // wordKeys are the keys of one language's words file.

@@ -8,9 +8,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 )
+
+// ErrNotFound is the one "not found" of every lookup of a destination, whoever holds
+// it: the config (dispatch), its stored state (store), its channel or card (stream) and
+// the API's records (registry, its accounts too). An error is one when errors.Is finds it.
+var ErrNotFound = errors.New("no such destination")
 
 // Connector names the kind of bus a destination writes to.
 type Connector string

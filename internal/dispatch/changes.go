@@ -91,7 +91,7 @@ func (d *Dispatcher) Remove(ids ...string) {
 func (d *Dispatcher) Delete(ctx context.Context, id string, unlist func(context.Context) error) (Change, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
-		return Change{}, ErrNotFound
+		return Change{}, destination.ErrNotFound
 	}
 	ch, err := d.setStatus(ctx, id, store.Paused, true, "")
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
 )
 
@@ -172,7 +173,7 @@ func (k *committer) record(group []*handed) {
 		}
 		if h.done != nil {
 			h.done <- a
-		} else if errors.Is(a.err, store.ErrStaleLease) || errors.Is(a.err, store.ErrUnknownDestination) {
+		} else if errors.Is(a.err, store.ErrStaleLease) || errors.Is(a.err, destination.ErrNotFound) {
 			k.d.opts.Logger.Warn("lease superseded; another replica delivers now", "destination", h.w.dest.ID)
 			h.w.stop()
 		}

@@ -59,7 +59,7 @@ func (d *Dispatcher) ActivateSince(ctx context.Context, id string, operator bool
 func (d *Dispatcher) Replay(ctx context.Context, id string, point store.ReplayPoint) (store.Replayed, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
-		return store.Replayed{}, ErrNotFound
+		return store.Replayed{}, destination.ErrNotFound
 	}
 	cfg := d.opts.Delivery
 	res, err := d.opts.Store.Replay(ctx, store.Replay{Ref: ref(dest), Point: point, Oldest: d.ReplayableFrom(),
@@ -85,7 +85,7 @@ func (d *Dispatcher) ReplayableFrom() time.Time {
 func (d *Dispatcher) setStatus(ctx context.Context, id, status string, operator bool, since string) (Change, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
-		return Change{}, ErrNotFound
+		return Change{}, destination.ErrNotFound
 	}
 	res, err := d.opts.Store.ChangeStatus(ctx, store.StatusChange{Ref: ref(dest), Status: status, Operator: operator,
 		ChannelRetention: d.opts.Delivery.ChannelRetention, Since: since})
@@ -134,7 +134,7 @@ func (d *Dispatcher) Disable(ctx context.Context, id, reason string) (Disabled, 
 	var out Disabled
 	dest, ok := d.Destination(id)
 	if !ok {
-		return out, ErrNotFound
+		return out, destination.ErrNotFound
 	}
 	if reason == "" {
 		reason = "disabled by an operator"
@@ -185,7 +185,7 @@ func (d *Dispatcher) Disable(ctx context.Context, id, reason string) (Disabled, 
 func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
-		return failures.Outcome{}, ErrNotFound
+		return failures.Outcome{}, destination.ErrNotFound
 	}
 	st, err := d.opts.Store.LoadState(ctx, ref(dest))
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -63,9 +62,6 @@ type Options struct {
 	// zero: a minute.
 	TrimEvery time.Duration
 }
-
-// ErrNotFound is returned for a destination id the config does not define.
-var ErrNotFound = errors.New("no such destination")
 
 // Dispatcher runs the workers of the destinations this replica holds leases for.
 type Dispatcher struct {

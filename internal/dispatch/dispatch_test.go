@@ -396,8 +396,8 @@ func TestOperatorDisableCascadesWithinTheSameCloudAccount(t *testing.T) {
 	if n := len(r.outbox()); n != 2 {
 		t.Errorf("%d operator events after a second disable, want 2", n)
 	}
-	if _, err := r.d.Disable(context.Background(), "nope", ""); err != ErrNotFound {
-		t.Errorf("unknown id: %v, want ErrNotFound", err)
+	if _, err := r.d.Disable(context.Background(), "nope", ""); err != destination.ErrNotFound {
+		t.Errorf("unknown id: %v, want destination.ErrNotFound", err)
 	}
 }
 

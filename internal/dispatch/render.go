@@ -22,7 +22,7 @@ var ErrNoRender = errors.New("this destination's sink cannot show what it writes
 func (d *Dispatcher) Sent(id string, e store.LogEntry) (destination.Sent, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
-		return destination.Sent{}, ErrNotFound
+		return destination.Sent{}, destination.ErrNotFound
 	}
 	r, ok := d.sink(dest).(Renderer)
 	if !ok {

@@ -19,7 +19,7 @@ import (
 func (d *Dispatcher) Retry(ctx context.Context, id string, n int64) (store.RetryRequest, error) {
 	dest, ok := d.Destination(id)
 	if !ok {
-		return store.RetryRequest{}, ErrNotFound
+		return store.RetryRequest{}, destination.ErrNotFound
 	}
 	req, err := d.opts.Store.AskRetry(ctx, ref(dest), n)
 	if err != nil {

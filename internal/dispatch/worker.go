@@ -375,7 +375,7 @@ func (w *worker) stopAfter(res store.Committed, ended string) error {
 // it (same queue, in order) and for its own answer.
 func (w *worker) commitNow(ctx context.Context, c store.Commit) (store.Committed, error) {
 	res, err := w.d.committerOf(w.dest.Account).commit(ctx, w, w.fill(c), true)
-	if errors.Is(err, store.ErrStaleLease) || errors.Is(err, store.ErrUnknownDestination) {
+	if errors.Is(err, store.ErrStaleLease) || errors.Is(err, destination.ErrNotFound) {
 		return res, store.ErrStaleLease
 	}
 	return res, err

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,6 +16,17 @@ import (
 	"github.com/mercamap/relay/internal/store"
 )
 
+// funcName is the name a goroutine's stack gives fn, taken from the function itself so
+// that a rename renames what the stacks are searched for (a name typed as text would
+// match nothing after a rename, and the tests that count on it would pass untested).
+func funcName(fn any) string { return runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name() }
+
+var (
+	passFunc    = funcName((*worker).pass)
+	workerFuncs = passFunc[:strings.LastIndex(passFunc, ".")+1] // every method of a worker
+	serveFunc   = funcName((*Dispatcher).serve)
+)
+
 // goroutineStacks returns the stacks of every goroutine that runs a worker's pass or
 // serves the pool.
 func goroutineStacks() string {
@@ -22,7 +34,7 @@ func goroutineStacks() string {
 	n := runtime.Stack(buf, true)
 	var out []string
 	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-		if strings.Contains(g, "dispatch.(*worker)") || strings.Contains(g, "dispatch.(*Dispatcher).serve") {
+		if strings.Contains(g, workerFuncs) || strings.Contains(g, serveFunc+"(") {
 			out = append(out, g)
 		}
 	}
@@ -30,7 +42,7 @@ func goroutineStacks() string {
 }
 
 // passesRunning counts the goroutines running a worker's pass.
-func passesRunning() int { return strings.Count(goroutineStacks(), "dispatch.(*worker).pass(") }
+func passesRunning() int { return strings.Count(goroutineStacks(), passFunc+"(") }
 
 // serving is how many pool goroutines run.
 func (d *Dispatcher) serving() int {
@@ -96,6 +108,10 @@ func TestALostLeaseEndsTheWorkerAndFreesItsSlot(t *testing.T) {
 	r.start()
 	r.publish("job.completed", "job.completed", "job.completed")
 	waitFor(t, "the first write in flight", inFlight.Load)
+	// The write runs in the worker's pass: the count the tests below rely on must see it.
+	if n := passesRunning(); n != 1 {
+		t.Fatalf("%d passes counted with one write in flight, want 1", n)
+	}
 
 	// Another replica takes the lease while the write is in flight.
 	ctx := context.Background()

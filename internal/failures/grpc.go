@@ -8,6 +8,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// GRPCName is the canonical name of gRPC code c, as Google's APIs spell it, if it has one.
+func GRPCName(c codes.Code) (string, bool) {
+	name, ok := grpcNames[c]
+	return name, ok
+}
+
 // grpcNames are the canonical names of gRPC codes, as Google's APIs spell them
 // (codes.Code.String gives "Unavailable"; cards and metrics use "UNAVAILABLE").
 var grpcNames = map[codes.Code]string{
@@ -84,7 +90,7 @@ func grpcStatus(err error) (*status.Status, bool) {
 }
 
 func grpcVerdict(st *status.Status) verdict {
-	name, ok := grpcNames[st.Code()]
+	name, ok := GRPCName(st.Code())
 	if !ok {
 		name = "CODE " + st.Code().String()
 	}

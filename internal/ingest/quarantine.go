@@ -5,6 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -69,4 +73,151 @@ func (c *Consumer) countDrops(ctx context.Context, conn *amqp.Connection) (func(
 			}
 		}
 	}, nil
+}
+
+// blockedWhy is the log's word for a message dead-lettered while the broker blocks the
+// quarantine connection.
+const blockedWhy = "the broker blocks publishing (a resource alarm): the original goes to the quarantine whole"
+
+// deadLetter rejects d without requeue: the broker moves it, unchanged but for its
+// x-death header, to the quarantine exchange (the queue's dead-letter exchange).
+func (c *Consumer) deadLetter(d amqp.Delivery, reason, why string) error {
+	if err := d.Nack(false, false); err != nil {
+		return fmt.Errorf("reject to the dead-letter exchange: %w", err)
+	}
+	c.opts.Metrics.DeadLettered.WithLabelValues(reason).Inc()
+	c.opts.Logger.Warn("message dead-lettered to the quarantine", "reason", reason, "why", why,
+		"routing_key", d.RoutingKey, "message_id", d.MessageId)
+	return nil
+}
+
+// quarantined is a message that failed verification, at index i of its batch, and its
+// quarantine copy.
+type quarantined struct {
+	i      int
+	reason string
+	msg    amqp.Publishing
+}
+
+// fittingCopy is d's quarantineCopy, to republish to the quarantine exchange, and
+// whether it fits: fits is false when its content header would not fit in one frame of
+// l's connections (the broker would close the connection).
+func (c *Consumer) fittingCopy(l link, d amqp.Delivery, rej *rejection) (msg amqp.Publishing, fits bool) {
+	msg = quarantineCopy(d, rej, c.opts.Topology.Quarantine.MaxBodyBytes)
+	if size := headerFrameSize(msg); size < 0 || (l.frameMax > 0 && size > l.frameMax) {
+		return msg, false
+	}
+	c.opts.Logger.Warn("message quarantined", "reason", rej.reason, "detail", boundDetail(rej.detail), "routing_key", d.RoutingKey, "message_id", d.MessageId)
+	return msg, true
+}
+
+// publishCopies publishes the copies on the quarantine channel and returns each one's
+// confirmation, nil for one not written. The writes run apart from the batch: once the
+// broker blocks the connection a write waits in the socket for as long as the alarm
+// lasts, and the batch then goes on without them (see publisher.go).
+func (c *Consumer) publishCopies(l link, batch []amqp.Delivery, copies []quarantined) ([]*amqp.DeferredConfirmation, error) {
+	if len(copies) == 0 {
+		return nil, nil
+	}
+	var mu sync.Mutex
+	dcs := make([]*amqp.DeferredConfirmation, len(copies))
+	var failed error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for k, p := range copies {
+			dc, err := l.quarantine.PublishWithDeferredConfirm(c.opts.Topology.QuarantineExchange, batch[p.i].RoutingKey, false, false, p.msg)
+			mu.Lock()
+			dcs[k], failed = dc, err
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-written:
+	case <-l.gate.whenBlocked():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if failed != nil {
+		return nil, fmt.Errorf("quarantine publish: %w", failed)
+	}
+	return slices.Clone(dcs), nil
+}
+
+// confirmedOrBlocked waits for dc's confirmation (ack or nack) and reports true once it
+// came, or false when the broker blocks the quarantine connection first (or dc was
+// never written). A confirmation already in hand wins over a block.
+func confirmedOrBlocked(dc *amqp.DeferredConfirmation, gate *flowGate) bool {
+	if dc == nil {
+		return false
+	}
+	select {
+	case <-dc.Done():
+		return true
+	default:
+	}
+	select {
+	case <-dc.Done():
+		return true
+	case <-gate.whenBlocked():
+		return false
+	}
+}
+
+// maxDetail bounds x-relay-detail: the detail can quote what the publisher sent.
+const maxDetail = 256
+
+// quarantineCopy is d as it was published, with x-relay-* headers saying why. Two
+// properties become headers: user_id (the broker refuses a publish whose user_id is not
+// the publishing connection's user) and expiration (the copy must not expire). A body
+// longer than maxBody (0: no limit) is cut to that prefix (cutBody).
+func quarantineCopy(d amqp.Delivery, rej *rejection, maxBody int) amqp.Publishing {
+	headers := make(amqp.Table, len(d.Headers)+9)
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	headers["x-relay-reason"] = rej.reason
+	headers["x-relay-detail"] = boundDetail(rej.detail)
+	headers["x-relay-exchange"] = d.Exchange
+	headers["x-relay-routing-key"] = d.RoutingKey
+	if d.UserId != "" {
+		headers["x-relay-user-id"] = d.UserId
+	}
+	if d.Expiration != "" {
+		headers["x-relay-expiration"] = d.Expiration
+	}
+	return amqp.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            cutBody(d.Body, maxBody, headers),
+	}
+}
+
+// boundDetail returns s as valid UTF-8 of at most maxDetail bytes, marked when cut.
+func boundDetail(s string) string {
+	const cut = "… (truncated)"
+	if len(s) <= maxDetail && utf8.ValidString(s) {
+		return s
+	}
+	long := len(s) > maxDetail
+	if long {
+		s = s[:maxDetail-len(cut)]
+	}
+	s = strings.ToValidUTF8(s, "?") // a rune split by the cut, too
+	if long {
+		s += cut
+	}
+	return s
 }

@@ -30,7 +30,7 @@ type rejection struct {
 func (c *Consumer) check(d amqp.Delivery) (store.Entry, string, *rejection) {
 	h := map[string]any(d.Headers)
 	get := func(name string) string { v, _ := cloudevent.Header(h, name); return v }
-	tenant := get("X-Tenant-ID")
+	tenant := get(TenantHeader)
 	signed, err := c.opts.Verifier.VerifyBody(signature.Message{
 		Signature:  get("x-message-signature"),
 		Timestamp:  get("t"),

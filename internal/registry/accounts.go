@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/config"
+	"github.com/mercamap/relay/internal/destination"
 )
 
 // accountsKey holds the accounts the API made: id → AccountRecord (JSON).
@@ -37,7 +38,8 @@ func (g *Registry) CreateAccount(ctx context.Context, rec AccountRecord) error {
 	return g.put(ctx, accountsKey, "put_account", rec.ID, rec, false)
 }
 
-// UpdateAccount replaces the stored record of rec.ID (ErrNotFound when there is none).
+// UpdateAccount replaces the stored record of rec.ID (destination.ErrNotFound when
+// there is none).
 func (g *Registry) UpdateAccount(ctx context.Context, rec AccountRecord) error {
 	return g.put(ctx, accountsKey, "put_account", rec.ID, rec, true)
 }
@@ -50,27 +52,27 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'op', 'delete_account',
 return 1
 `)
 
-// DeleteAccount removes id's record: ErrNotFound when there is none, ErrBusy while the
-// registry holds destinations of it (checked in the same step, so a create cannot slip
-// in between).
+// DeleteAccount removes id's record: destination.ErrNotFound when there is none, ErrBusy
+// while the registry holds destinations of it (checked in the same step, so a create
+// cannot slip in between).
 func (g *Registry) DeleteAccount(ctx context.Context, id string) error {
 	n, err := deleteAccountScript.Run(ctx, g.rdb, []string{accountsKey, changesKey, countKey}, id, changesKept).Int()
 	switch {
 	case err != nil:
 		return err
 	case n == 0:
-		return ErrNotFound
+		return destination.ErrNotFound
 	case n < 0:
 		return ErrBusy
 	}
 	return nil
 }
 
-// GetAccount reads id's record (ErrNotFound when there is none).
+// GetAccount reads id's record (destination.ErrNotFound when there is none).
 func (g *Registry) GetAccount(ctx context.Context, id string) (AccountRecord, error) {
 	s, err := g.rdb.HGet(ctx, accountsKey, id).Result()
 	if errors.Is(err, redis.Nil) {
-		return AccountRecord{}, ErrNotFound
+		return AccountRecord{}, destination.ErrNotFound
 	}
 	if err != nil {
 		return AccountRecord{}, err

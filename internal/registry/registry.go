@@ -62,11 +62,11 @@ func (r Record) Destination() destination.Destination {
 		ManagedBy: destination.ManagedByAPI, CreatedAt: r.CreatedAt}
 }
 
-// Errors of Create, Update and Delete.
+// Errors of Create, Update and Delete, beside destination.ErrNotFound (an account's
+// methods answer it too).
 var (
-	ErrExists   = errors.New("the id is taken")
-	ErrCapped   = errors.New("the account has as many destinations as it may")
-	ErrNotFound = errors.New("no such destination in the registry")
+	ErrExists = errors.New("the id is taken")
+	ErrCapped = errors.New("the account has as many destinations as it may")
 )
 
 // Registry reads and writes the API's destinations.
@@ -134,7 +134,8 @@ return 1
 `)
 
 // put stores rec under id in hash and appends op to the change stream: only over an
-// existing record (ErrNotFound otherwise), or only where there is none (ErrExists).
+// existing record (destination.ErrNotFound otherwise), or only where there is none
+// (ErrExists).
 func (g *Registry) put(ctx context.Context, hash, op, id string, rec any, existing bool) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -142,7 +143,7 @@ func (g *Registry) put(ctx context.Context, hash, op, id string, rec any, existi
 	}
 	mode, refused := "new", ErrExists
 	if existing {
-		mode, refused = "existing", ErrNotFound
+		mode, refused = "existing", destination.ErrNotFound
 	}
 	n, err := putScript.Run(ctx, g.rdb, []string{hash, changesKey}, id, string(b), changesKept, op, mode).Int()
 	if err == nil && n == 0 {
@@ -151,7 +152,7 @@ func (g *Registry) put(ctx context.Context, hash, op, id string, rec any, existi
 	return err
 }
 
-// Update replaces the stored record of rec.ID (ErrNotFound when there is none).
+// Update replaces the stored record of rec.ID (destination.ErrNotFound when there is none).
 func (g *Registry) Update(ctx context.Context, rec Record) error {
 	return g.put(ctx, destsKey, "put", rec.ID, rec, true)
 }
@@ -166,20 +167,20 @@ redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*', 'op', 'delete', 'id', A
 return 1
 `)
 
-// Delete removes id's record (ErrNotFound when there is none).
+// Delete removes id's record (destination.ErrNotFound when there is none).
 func (g *Registry) Delete(ctx context.Context, id string) error {
 	n, err := deleteScript.Run(ctx, g.rdb, []string{destsKey, countKey, changesKey}, id, changesKept).Int()
 	if err == nil && n == 0 {
-		err = ErrNotFound
+		err = destination.ErrNotFound
 	}
 	return err
 }
 
-// Get reads id's record (ErrNotFound when there is none).
+// Get reads id's record (destination.ErrNotFound when there is none).
 func (g *Registry) Get(ctx context.Context, id string) (Record, error) {
 	s, err := g.rdb.HGet(ctx, destsKey, id).Result()
 	if errors.Is(err, redis.Nil) {
-		return Record{}, ErrNotFound
+		return Record{}, destination.ErrNotFound
 	}
 	if err != nil {
 		return Record{}, err
@@ -267,7 +268,7 @@ func (g *Registry) Next(ctx context.Context, from string, block time.Duration) (
 				switch {
 				case err == nil:
 					c.Account = &rec
-				case !errors.Is(err, ErrNotFound):
+				case !errors.Is(err, destination.ErrNotFound):
 					return nil, from, false, err
 				}
 			}
@@ -276,7 +277,7 @@ func (g *Registry) Next(ctx context.Context, from string, block time.Duration) (
 				switch {
 				case err == nil:
 					c.Record = &rec
-				case !errors.Is(err, ErrNotFound):
+				case !errors.Is(err, destination.ErrNotFound):
 					return nil, from, false, err
 				}
 			}

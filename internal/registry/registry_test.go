@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -57,8 +58,8 @@ func TestTheRegistryKeepsOneIdSpaceACapAndItsChangesInOrder(t *testing.T) {
 	if n, _ := g.Count(ctx, "acct_1"); n != 1 {
 		t.Fatalf("acct_1 counts %d after a delete, want 1", n)
 	}
-	if err := g.Delete(ctx, "b"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("a second delete: %v; want ErrNotFound", err)
+	if err := g.Delete(ctx, "b"); !errors.Is(err, destination.ErrNotFound) {
+		t.Fatalf("a second delete: %v; want destination.ErrNotFound", err)
 	}
 	changes, next, reload, err := g.Next(ctx, from, time.Second)
 	if err != nil || reload || next == from {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func TestAttemptLinesReadBackExactlyWhatWasWritten(t *testing.T) {
 				Message   *string `json:"message"`
 				MessageID string  `json:"message_id"`
 			}
-			if _, ok := outcomeClass[ev.Type]; !ok {
+			if outcomeClass(ev.Type) == "" {
 				continue
 			}
 			if err := json.Unmarshal(ev.Data, &d); err != nil || i >= len(lines) {
@@ -93,4 +94,30 @@ func TestAttemptLinesReadBackExactlyWhatWasWritten(t *testing.T) {
 			t.Fatalf("the first line is stored as %+v (%v), want a 17-byte event id, a 17-byte message id and no message", raw, err)
 		}
 	})
+}
+
+// The outcomes table reads add_attempt's outcome_code back: the same code for each
+// outcome, and an event type for exactly the four a channel event reports.
+func TestOutcomeCodesAreAddAttemptsOwn(t *testing.T) {
+	m := regexp.MustCompile(`local outcome_code = \{([^}]*)\}`).FindStringSubmatch(luaPrelude)
+	if m == nil {
+		t.Fatal("no outcome_code table in luaPrelude")
+	}
+	codes := regexp.MustCompile(`(\w+) = '(\d)'`).FindAllStringSubmatch(m[1], -1)
+	if len(codes) != len(outcomes) {
+		t.Fatalf("outcome_code has %d outcomes, the table %d", len(codes), len(outcomes))
+	}
+	for _, c := range codes {
+		if got, ok := outcomeOfCode(c[2]); !ok || got != c[1] {
+			t.Errorf("code %s reads back as %q, want %q", c[2], got, c[1])
+		}
+	}
+	for _, kind := range []string{KindDelivered, KindRejected, KindNotTaken, KindExpired} {
+		if typ := outcomeType(kind); typ == "" || outcomeClass(typ) != kind {
+			t.Errorf("%s makes event type %q, which reads back as %q", kind, typ, outcomeClass(typ))
+		}
+	}
+	if outcomeType("replayed") != "" || outcomeClass("") != "" {
+		t.Error("an outcome with no event has an event type")
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,7 +46,7 @@ type CardRead struct {
 // ReadCard reads a destination's card in one script call in its account's slot: its
 // channel's sequence, its lag, and its state unless held (the state the caller read
 // before, nil: none) is still the stored one, so a card that did not change costs no
-// HGETALL nor its decoding. ErrUnknownDestination when it has no stored state.
+// HGETALL nor its decoding. destination.ErrNotFound when it has no stored state.
 func (s *Store) ReadCard(ctx context.Context, r Ref, held *State) (CardRead, error) {
 	knownSeq, knownCreated := "-1", ""
 	if held != nil {
@@ -58,7 +59,7 @@ func (s *Store) ReadCard(ctx context.Context, r Ref, held *State) (CardRead, err
 		chanSeqKey(r.Account, DestinationChannel(r.ID))}
 	res, err := readCardScript.Run(ctx, s.rdb, keys, knownSeq, knownCreated).Slice()
 	if errors.Is(err, redis.Nil) {
-		return CardRead{}, ErrUnknownDestination
+		return CardRead{}, destination.ErrNotFound
 	}
 	if err != nil {
 		return CardRead{}, err

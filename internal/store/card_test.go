@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -112,8 +113,8 @@ func TestReadCardReadsTheStateOnlyWhenItChangedAndItsLagAlways(t *testing.T) {
 		if n, _ := st.rdb.HLen(ctx, destKey(r.Account, r.ID)).Result(); n == 0 {
 			t.Fatal("Forget left no lease field: the case is not tested")
 		}
-		if _, err := st.ReadCard(ctx, r, held); !errors.Is(err, ErrUnknownDestination) {
-			t.Fatalf("deleted: %v, want ErrUnknownDestination", err)
+		if _, err := st.ReadCard(ctx, r, held); !errors.Is(err, destination.ErrNotFound) {
+			t.Fatalf("deleted: %v, want destination.ErrNotFound", err)
 		}
 		time.Sleep(2 * time.Millisecond) // a new created_at
 		if _, err := st.Ensure(ctx, r, "ext-2", "fp", time.Hour); err != nil {

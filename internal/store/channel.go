@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/mercamap/relay/internal/destination"
 )
 
 // ChannelEvent is one stored channel event.
@@ -336,93 +334,9 @@ func channelEvent(dest string, m redis.XMessage) ChannelEvent {
 	return ev
 }
 
-// outcomeEvent is the channel event a commit's attempt line stands for (emit_outcome):
-// its type by the outcome, its time the line's, its data from the line's fields.
-func outcomeEvent(seq int64, dest string, line redis.XMessage) ChannelEvent {
-	a := attemptOf(line)
-	typ := outcomeType(a.Outcome)
-	m := longMessageID(str(line.Values["m"]))
-	if str(line.Values["m"]) == "=" { // the relay's own id for the event (short_id)
-		m = destination.MessageID(dest, a.EventID)
-	}
-	v := map[string]any{"e": line.Values["event_id"], "x": line.Values["message"], "m": m}
-	for _, k := range []string{"t", "f", "g"} {
-		if x, ok := line.Values[k]; ok {
-			v[k] = x
-		}
-	}
-	return ChannelEvent{Sequence: seq, Type: typ, Time: a.At, Data: outcomeData(dest, typ, a.At, v)}
-}
-
-// outcomeType is the type of the event a commit's outcome makes: outcomeClass the other
-// way round ("" for an outcome no event has).
-func outcomeType(kind string) string {
-	for typ, class := range outcomeClass {
-		if class == kind {
-			return typ
-		}
-	}
-	return ""
-}
-
 func num(v any) int64 {
 	n, _ := strconv.ParseInt(str(v), 10, 64)
 	return n
-}
-
-// outcomeClass is the class a delivery outcome's event names, by its type.
-var outcomeClass = map[string]string{"delivery.succeeded": KindDelivered, "delivery.rejected": KindRejected,
-	"delivery.not_taken": KindNotTaken, "message.expired": KindExpired}
-
-// outcomeData is the data of a delivery's outcome from its short form: the event's
-// fields, and the card fields the outcome changed, as the card holds them (the last
-// delivery or failure at the event's time, the count of failures in a row and the
-// failing warning when they moved).
-func outcomeData(dest, typ string, at time.Time, v map[string]any) json.RawMessage {
-	type lastDelivery struct {
-		At      string `json:"at"`
-		EventID string `json:"event_id"`
-	}
-	type lastFailure struct {
-		At      string `json:"at"`
-		EventID string `json:"event_id"`
-		Class   string `json:"class"`
-		Message string `json:"message"`
-	}
-	class, iso, id := outcomeClass[typ], at.Format(time.RFC3339Nano), longEventID(str(v["e"]))
-	var sentence string
-	if x, ok := v["x"]; ok {
-		sentence = longMessage(class, str(x))
-	}
-	state := map[string]any{}
-	switch class {
-	case KindDelivered:
-		state["last_delivery"] = lastDelivery{iso, id}
-	case KindRejected, KindNotTaken:
-		state["last_failure"] = lastFailure{iso, id, class, sentence}
-	}
-	if f, ok := v["f"].(string); ok {
-		state["consecutive_failures"], _ = strconv.Atoi(f)
-	}
-	if g, ok := v["g"].(string); ok {
-		if g == "" {
-			state["failing"] = nil
-		} else {
-			state["failing"] = json.RawMessage(g)
-		}
-	}
-	data := map[string]any{"destination": dest, "event_id": id, "class": class, "state": state}
-	if m := str(v["m"]); m != "" {
-		data["message_id"] = m
-	}
-	if sentence != "" {
-		data["message"] = sentence
-	}
-	if v["t"] == "1" {
-		data["test"] = true
-	}
-	b, _ := json.Marshal(data) // strings, numbers and stored JSON: always marshals
-	return b
 }
 
 func seqOf(id string) int64 {
@@ -439,34 +353,4 @@ func (s *Store) ChannelSequence(ctx context.Context, acct, channel string) (int6
 		return 0, nil
 	}
 	return n, err
-}
-
-// Attempt is one entry of a destination's attempt log.
-type Attempt struct {
-	N       int64     `json:"n"`
-	At      time.Time `json:"at"`
-	EventID string    `json:"event_id"`
-	Outcome string    `json:"outcome"`
-	Message string    `json:"message"`
-	// RetryOf is the attempt a retry wrote again (on its "retry_queued" line and on its
-	// outcome's), Retry the request's line on the outcome's; 0 otherwise.
-	RetryOf int64 `json:"retry_of,omitempty"`
-	Retry   int64 `json:"retry,omitempty"`
-}
-
-// Attempts returns up to limit attempts numbered below before (0: the newest), newest first.
-func (s *Store) Attempts(ctx context.Context, r Ref, before, limit int64) ([]Attempt, error) {
-	end := "+"
-	if before > 0 {
-		end = "(" + strconv.FormatInt(before, 10) + "-0"
-	}
-	msgs, err := s.rdb.XRevRangeN(ctx, attemptsKey(r.Account, r.ID), end, "-", limit).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Attempt, len(msgs))
-	for i, m := range msgs {
-		out[i] = attemptOf(m)
-	}
-	return out, nil
 }

@@ -239,7 +239,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 	case redis.HasErrorPrefix(err, "STALE"):
 		return Committed{}, ErrStaleLease
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
-		return Committed{}, ErrUnknownDestination
+		return Committed{}, destination.ErrNotFound
 	case err != nil:
 		return Committed{}, err
 	}
@@ -248,7 +248,7 @@ func (s *Store) Commit(ctx context.Context, c Commit) (Committed, error) {
 
 // CommitBatch records the outcomes of cs, all of one account, in one script call, in
 // order: the group commit of the delivery engine (dispatch's committer). Each answer is
-// Commit's, with its error (ErrStaleLease, ErrUnknownDestination) in errs; err is for
+// Commit's, with its error (ErrStaleLease, destination.ErrNotFound) in errs; err is for
 // the call as a whole (Redis unreachable: none was recorded).
 func (s *Store) CommitBatch(ctx context.Context, cs []Commit) (res []Committed, errs []error, err error) {
 	now := time.Now()
@@ -272,7 +272,7 @@ func (s *Store) CommitBatch(ctx context.Context, cs []Commit) (res []Committed, 
 			case "STALE":
 				errs[i] = ErrStaleLease
 			default:
-				errs[i] = ErrUnknownDestination
+				errs[i] = destination.ErrNotFound
 			}
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -307,8 +308,8 @@ func TestALeaseTakenBeforeACreatesForgetStaysItsHolders(t *testing.T) {
 		if err := st.Forget(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.LoadState(ctx, r); !errors.Is(err, ErrUnknownDestination) {
-			t.Fatalf("state after Forget: %v, want ErrUnknownDestination", err)
+		if _, err := st.LoadState(ctx, r); !errors.Is(err, destination.ErrNotFound) {
+			t.Fatalf("state after Forget: %v, want destination.ErrNotFound", err)
 		}
 		if owner, tok, err := st.LeaseHolder(ctx, r); err != nil || owner != "replica-b" || tok != first[0].Token+1 {
 			t.Fatalf("holder after Forget: %q %d %v; want replica-b, its token moved on to %d", owner, tok, err, first[0].Token+1)

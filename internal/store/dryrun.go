@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,7 +85,7 @@ func (s *Store) CountReplay(ctx context.Context, r Replay) (ReplayCount, error) 
 	res, err := replayCountScript.Run(ctx, s.rdb, keys, fromMS, afterID).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
-		return ReplayCount{}, ErrUnknownDestination
+		return ReplayCount{}, destination.ErrNotFound
 	case err != nil:
 		return ReplayCount{}, err
 	}

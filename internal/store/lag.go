@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -151,7 +152,7 @@ func (s *Store) DestinationLag(ctx context.Context, r Ref) (LagReading, error) {
 		return LagReading{}, err
 	}
 	if len(readings) != 1 || !readings[0].Found {
-		return LagReading{}, ErrUnknownDestination
+		return LagReading{}, destination.ErrNotFound
 	}
 	return readings[0], nil
 }

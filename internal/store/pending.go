@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,7 +92,7 @@ func (s *Store) SetupChecked(ctx context.Context, r Ref, passed bool, check Pend
 	res, err := setupCheckedScript.Run(ctx, s.rdb, append(r.chanKeys(), ctlKey(r.Account)), p, now.UTC().Format(time.RFC3339Nano), now.UnixMilli(),
 		now.Add(-channelRetention).UnixMilli(), r.ID, data, s.boundsArg()).Text()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
-		return "", ErrUnknownDestination
+		return "", destination.ErrNotFound
 	}
 	return res, err
 }
@@ -121,7 +122,7 @@ func (s *Store) Repend(ctx context.Context, r Ref, check PendingCheck, channelRe
 	res, err := repentScript.Run(ctx, s.rdb, append(r.chanKeys(), ctlKey(r.Account)), now.UnixMilli(),
 		now.Add(-channelRetention).UnixMilli(), r.ID, data, s.boundsArg()).Text()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
-		return "", ErrUnknownDestination
+		return "", destination.ErrNotFound
 	}
 	return res, err
 }

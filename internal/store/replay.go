@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -130,7 +131,7 @@ func (s *Store) Replay(ctx context.Context, r Replay) (Replayed, error) {
 		now.UTC().Format(time.RFC3339Nano), point, r.ID, fromMS, afterID, s.boundsArg()).Slice()
 	switch {
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
-		return Replayed{}, ErrUnknownDestination
+		return Replayed{}, destination.ErrNotFound
 	case redis.HasErrorPrefix(err, "NOSUCH"):
 		return Replayed{}, ErrNoSuchEvent
 	case err != nil:

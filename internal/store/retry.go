@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -103,7 +104,7 @@ func (s *Store) AskRetry(ctx context.Context, r Ref, n int64) (RetryRequest, err
 	a, err := askRetryScript.Run(ctx, s.rdb, keys, time.Now().UnixMilli(), n, logID, eventID, MaxQueuedRetries, r.ID, s.boundsArg()).Int64()
 	switch {
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
-		return RetryRequest{}, ErrUnknownDestination
+		return RetryRequest{}, destination.ErrNotFound
 	case redis.HasErrorPrefix(err, "NOTACTIVE"):
 		return RetryRequest{}, ErrNotActive{Status: strings.TrimPrefix(err.Error(), "NOTACTIVE ")}
 	case redis.HasErrorPrefix(err, "FULL"):

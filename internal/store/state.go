@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -95,9 +96,6 @@ func (r Ref) chanKeys() []string {
 		chanKey(r.Account, ac), chanSeqKey(r.Account, ac)}
 }
 
-// ErrUnknownDestination is returned for a destination with no stored state.
-var ErrUnknownDestination = errors.New("destination has no stored state")
-
 // LoadState reads a destination's state and its channel's sequence in one MULTI, so
 // State.Sequence is the last channel event the state reflects (the card needs that).
 func (s *Store) LoadState(ctx context.Context, r Ref) (State, error) {
@@ -108,7 +106,7 @@ func (s *Store) LoadState(ctx context.Context, r Ref) (State, error) {
 		return State{}, err
 	}
 	if _, ok := h.Val()["status"]; !ok { // nothing, or only a lease (Forget, AcquireLeases)
-		return State{}, ErrUnknownDestination
+		return State{}, destination.ErrNotFound
 	}
 	st := stateFrom(h.Val())
 	st.Sequence, _ = strconv.ParseInt(seq.Val(), 10, 64)
@@ -371,7 +369,7 @@ func (s *Store) ChangeStatus(ctx context.Context, c StatusChange) (StatusResult,
 	case redis.HasErrorPrefix(err, "MISMATCH"):
 		return StatusResult{}, ErrSinceMismatch{Status: strings.TrimPrefix(err.Error(), "MISMATCH the destination is ")}
 	case redis.HasErrorPrefix(err, "UNKNOWN"):
-		return StatusResult{}, ErrUnknownDestination
+		return StatusResult{}, destination.ErrNotFound
 	case redis.HasErrorPrefix(err, "FORBIDDEN"):
 		return StatusResult{}, ErrOperatorDisabled
 	case err != nil:
@@ -410,7 +408,7 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 	now := time.Now()
 	seq, err := emitScript.Run(ctx, s.rdb, r.chanKeys(), eventType, now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), data, s.boundsArg()).Int64()
 	if redis.HasErrorPrefix(err, "UNKNOWN") {
-		return 0, ErrUnknownDestination
+		return 0, destination.ErrNotFound
 	}
 	return seq, err
 }

@@ -100,23 +100,19 @@ func ParseName(name string) (kind, id string, ok bool) {
 	return kind, id, true
 }
 
-// ErrNotFound is returned for a channel naming no configured destination, or a card of
-// a destination with no stored state.
-var ErrNotFound = errors.New("no such channel or destination")
-
 // Resolve finds the channel a name stands for. An account channel always resolves: the
 // caller decides which accounts exist.
 func (c *Channels) Resolve(name string) (Channel, error) {
 	kind, id, ok := ParseName(name)
 	if !ok {
-		return Channel{}, ErrNotFound
+		return Channel{}, destination.ErrNotFound
 	}
 	if kind == KindAccount {
 		return Channel{Name: name, Account: id}, nil
 	}
 	d, ok := c.opts.Directory.Destination(id)
 	if !ok {
-		return Channel{}, ErrNotFound
+		return Channel{}, destination.ErrNotFound
 	}
 	return Channel{Name: name, Account: d.Account, Destination: &d}, nil
 }
@@ -142,9 +138,9 @@ func (c *Channels) CardAndLag(ctx context.Context, d destination.Destination) (C
 			held = &prev.state
 		}
 		rd, err := c.opts.Store.ReadCard(ctx, store.Ref{Account: d.Account, ID: d.ID}, held)
-		if errors.Is(err, store.ErrUnknownDestination) {
+		if errors.Is(err, destination.ErrNotFound) {
 			c.views.drop(d.ID)
-			return Card{}, store.LagReading{}, ErrNotFound
+			return Card{}, store.LagReading{}, destination.ErrNotFound
 		}
 		if err != nil {
 			return Card{}, store.LagReading{}, err
@@ -197,7 +193,7 @@ func (c *Channels) waitForConfig(ctx context.Context, deadline time.Time, id str
 func (c *Channels) destination(id string) (destination.Destination, error) {
 	d, ok := c.opts.Directory.Destination(id)
 	if !ok {
-		return destination.Destination{}, ErrNotFound
+		return destination.Destination{}, destination.ErrNotFound
 	}
 	return d, nil
 }

@@ -224,7 +224,7 @@ func (g *viewRig) each(f func(destination.Destination) error) {
 
 // TestTheViewCacheKeepsAtMostItsLimitAndForgetsADeletedDestination: with room for two
 // views, three destinations' cards are still right, two views are kept; a destination
-// whose state is gone answers ErrNotFound and its view is dropped.
+// whose state is gone answers destination.ErrNotFound and its view is dropped.
 func TestTheViewCacheKeepsAtMostItsLimitAndForgetsADeletedDestination(t *testing.T) {
 	g := newViewRig(t, 2)
 	for range 3 {
@@ -241,8 +241,8 @@ func TestTheViewCacheKeepsAtMostItsLimitAndForgetsADeletedDestination(t *testing
 	if err := g.other.Forget(ctx, ref(d)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.c.Card(ctx, d); err != ErrNotFound {
-		t.Fatalf("deleted: %v, want ErrNotFound", err)
+	if _, err := g.c.Card(ctx, d); err != destination.ErrNotFound {
+		t.Fatalf("deleted: %v, want destination.ErrNotFound", err)
 	}
 	if g.c.views.get(d.ID) != nil {
 		t.Fatal("a deleted destination's view is kept")

@@ -5,8 +5,9 @@
 
 import { ApiError, call } from './api.js';
 import { $, el } from './dom.js';
+import { actionError } from './errors.js';
 import { eventList, field, showProblems } from './fields.js';
-import { actionError, t } from './i18n.js';
+import { t } from './i18n.js';
 import { app, isAdmin } from './state.js';
 
 // targetFields are each connector's target fields, as the create body names them.

@@ -4,7 +4,8 @@
 import { call } from './api.js';
 import { askReplay, askRetry } from './dialogs.js';
 import { el, row } from './dom.js';
-import { actionError, formatTime, t } from './i18n.js';
+import { actionError } from './errors.js';
+import { formatTime, t } from './i18n.js';
 
 const attemptsPage = 10;
 

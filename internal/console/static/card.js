@@ -7,8 +7,9 @@ import { chartView, sum } from './chart.js';
 import { renderSummary, updateLive } from './chrome.js';
 import { askActivate, askDisable, askReplay } from './dialogs.js';
 import { copyable, el, row } from './dom.js';
+import { actionError } from './errors.js';
 import { Follower } from './follow.js';
-import { actionError, formatAge, formatTime, t } from './i18n.js';
+import { formatAge, formatTime, t } from './i18n.js';
 import { askChange, askDelete } from './manage.js';
 import { app, isAdmin } from './state.js';
 

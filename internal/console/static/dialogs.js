@@ -4,7 +4,8 @@
 
 import { call } from './api.js';
 import { $, el } from './dom.js';
-import { actionError, formatTime, t } from './i18n.js';
+import { actionError } from './errors.js';
+import { formatTime, t } from './i18n.js';
 import { connectors } from './state.js';
 
 // openDialog shows the action dialog: a title, a body, and a confirmation that runs

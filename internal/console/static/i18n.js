@@ -2,8 +2,6 @@
 // are chosen and filled in. The language is the browser's first one we speak, unless the
 // user chose another with the switch (kept in localStorage: it is not a secret).
 
-import { ApiError } from './api.js';
-import { app } from './state.js';
 import en from './words-en.js';
 import es from './words-es.js';
 
@@ -56,21 +54,4 @@ export function formatAge(seconds) {
   if (s < 5400) return t('ago_m', { n: Math.round(s / 60) });
   if (s < 172800) return t('ago_h', { n: Math.round(s / 3600) });
   return t('ago_d', { n: Math.round(s / 86400) });
-}
-
-// actionError words an action's refusal. An action this scope may not take is 403
-// FORBIDDEN by the contract; the API has answered ACCESS_REVOKED for some (an account
-// token's disable): both are a refusal of this action, shown with the API's reason,
-// not a sign-out.
-export function actionError(err) {
-  // fetch throws a TypeError when no answer came (the relay is down or unreachable);
-  // a proxy in front answers 502, 503 or 504 without the API's JSON.
-  if (!(err instanceof ApiError) || /^HTTP_50[234]$/.test(err.code)) return t('unreachable');
-  // A console session that ended (signed out in another tab, revoked, expired): the
-  // API's sentence says which and what to do.
-  if (err.status === 403 && err.code === 'ACCESS_REVOKED' && app.sessionEnds) return t('sessionRefused', { message: err.message });
-  if (err instanceof ApiError && err.status === 403 && (err.code === 'FORBIDDEN' || err.code === 'ACCESS_REVOKED')) {
-    return t('notAllowed', { message: err.message });
-  }
-  return t('actionFailed', { code: err.code || '', message: err.message });
 }

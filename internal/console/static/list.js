@@ -7,8 +7,9 @@ import { ApiError, call, token } from './api.js';
 import { CardView } from './card.js';
 import { renderChrome, renderPager, renderSummary, updateLive } from './chrome.js';
 import { $ } from './dom.js';
+import { actionError } from './errors.js';
 import { follow } from './follow.js';
-import { actionError, t } from './i18n.js';
+import { t } from './i18n.js';
 import { signOut } from './session.js';
 import { app, connectors, isAdmin, stopPage } from './state.js';
 

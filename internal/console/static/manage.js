@@ -7,8 +7,9 @@ import { call } from './api.js';
 import { renderSummary, updateLive } from './chrome.js';
 import { openDialog } from './dialogs.js';
 import { $, el } from './dom.js';
+import { actionError } from './errors.js';
 import { clearProblems, eventList, field, setProblem, showProblems } from './fields.js';
-import { actionError, t } from './i18n.js';
+import { t } from './i18n.js';
 import { app } from './state.js';
 
 // changeable are the fields a change may set, by connector: the target never changes.

@@ -1,8 +1,6 @@
 // The page's shared state: who is signed in, the connector and page shown, its cards and
 // their live transport. The other modules read and change this one object.
 
-import { $ } from './dom.js';
-
 export const connectors = ['eventbridge', 'kinesis', 'pubsub'];
 
 export const app = {
@@ -27,5 +25,5 @@ export function stopPage() {
   if (app.live) app.live.stop();
   app.live = null;
   app.views.clear();
-  $('cards').replaceChildren();
+  document.getElementById('cards').replaceChildren();
 }
