@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -134,7 +136,14 @@ func (c *Checker) Proxy(target string) string {
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1 // SSE frames go through as they are written
-	rp.ErrorLog = nil
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		// The relay did not answer (stopped, killed by the test): nothing of it to check.
+		if unanswered, ok := r.Context().Value(unansweredKey{}).(*atomic.Bool); ok {
+			unanswered.Store(true)
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}
 	hs := httptest.NewServer(c.Wrap(rp))
 	c.t.Cleanup(func() {
 		hs.CloseClientConnections()
@@ -165,7 +174,11 @@ func (c *Checker) Wrap(next http.Handler) http.Handler {
 			reqErr = openapi3filter.ValidateRequest(r.Context(), input)
 		}
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r)
+		unanswered := &atomic.Bool{}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), unansweredKey{}, unanswered)))
+		if unanswered.Load() {
+			return
+		}
 		// Checked aside, so the check adds no time to the answer (tests time some).
 		c.wg.Add(1)
 		go func() {
@@ -207,6 +220,9 @@ func (c *Checker) checkAnswer(r *http.Request, route *routers.Route, input *open
 	}
 	c.example(route, status, rec)
 }
+
+// unansweredKey marks, in a proxied request's context, that the relay gave no answer.
+type unansweredKey struct{}
 
 // retryAfterless is a 429 whose waiting would not help (a cap, not a rate), which says
 // so by leaving details out.
