@@ -2,7 +2,8 @@
 # Starts and stops the relay's real peers (Redis 7, RabbitMQ 3.10) on loopback, with all
 # their state under one directory, without Docker or systemd.
 #
-#   scripts/peers.sh install         apt-get the servers (and chromium for the console test, promtool) when missing
+#   scripts/peers.sh install         apt-get the servers (and chromium for the console test, promtool) when missing,
+#                                    npm-install kinesalite and the API document's checks (redocly, openapi-typescript, tsc)
 #   eval "$(scripts/peers.sh start DIR)"   start both, print RELAY_TEST_* exports on stdout
 #   scripts/peers.sh stop DIR        SIGTERM what start started and wait for it
 #
@@ -132,6 +133,15 @@ cmd_install() {
 		log "installing kinesalite@3.3.3 into $kdir"
 		mkdir -p "$kdir"
 		npm install --no-audit --no-fund --no-save --prefix "$kdir" kinesalite@3.3.3 >&2
+	fi
+	# The API document's checks (internal/testpeer's APITool finds them here; bump the
+	# directory's number with APIToolsVersion when a version changes): Redocly's lint, and
+	# openapi-typescript and tsc for the console's modules typed by the document.
+	local adir=${RELAY_API_TOOLS_DIR:-$HOME/.cache/relay-test/apitools-1}
+	if [[ ! -x $adir/node_modules/.bin/redocly || ! -x $adir/node_modules/.bin/tsc || ! -x $adir/node_modules/.bin/openapi-typescript ]]; then
+		log "installing @redocly/cli@2.77.0, openapi-typescript@7.13.0 and typescript@5.9.3 into $adir"
+		mkdir -p "$adir"
+		npm install --no-audit --no-fund --no-save --prefix "$adir" @redocly/cli@2.77.0 openapi-typescript@7.13.0 typescript@5.9.3 >&2
 	fi
 }
 

@@ -2,13 +2,12 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"github.com/mercamap/relay/internal/api"
+	"github.com/mercamap/relay/client"
 )
 
 // accountsCmd is `relay accounts`: the accounts routes of the API (an admin token).
@@ -16,20 +15,18 @@ func accountsCmd(e env) *cobra.Command {
 	var flags apiFlags
 	var tenants, sources []string
 	var storeIDPath string
-	body := func(cmd *cobra.Command) map[string]any {
-		b := map[string]any{}
+	body := func(cmd *cobra.Command) client.AccountChange {
+		var b client.AccountChange
 		if cmd.Flags().Changed("tenants") {
-			b["tenants"] = tenants
+			b.Tenants = &tenants
 		}
 		if cmd.Flags().Changed("sources") {
-			b["sources"] = sources
+			b.Sources = &sources
 		}
-		if cmd.Flags().Changed("store-id-path") {
-			b["store_id_path"] = storeIDPath
-		}
+		b.StoreIDPath = flagValue(cmd)("store-id-path", storeIDPath)
 		return b
 	}
-	show := func(a api.Account) {
+	show := func(a client.Account) {
 		fmt.Fprintf(e.stdout, "%s: tenants %s, %d destinations, managed by %s\n", a.ID, strings.Join(a.Tenants, ","), a.Destinations, a.ManagedBy)
 	}
 	cmd := &cobra.Command{
@@ -43,15 +40,17 @@ store_id_path; delete removes it once it has no destination. The file's accounts
 changed in the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out struct {
-				Accounts []api.Account `json:"accounts"`
+			c, err := flags.client(e.getenv)
+			if err != nil {
+				return err
 			}
-			if err := callAPI(cmd.Context(), &flags, e, http.MethodGet, "/v1/accounts", nil, &out, ""); err != nil {
+			accounts, err := c.Accounts(cmd.Context())
+			if err != nil {
 				return err
 			}
 			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ACCOUNT\tTENANTS\tDESTINATIONS\tMANAGED BY")
-			for _, a := range out.Accounts {
+			for _, a := range accounts {
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", a.ID, strings.Join(a.Tenants, ","), a.Destinations, a.ManagedBy)
 			}
 			return w.Flush()
@@ -61,10 +60,13 @@ changed in the file.`,
 	create := &cobra.Command{
 		Use: "create ID --tenants T,… [--sources S,…] [--store-id-path P]", Short: "Add an account", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := flags.client(e.getenv)
+			if err != nil {
+				return err
+			}
 			b := body(cmd)
-			b["id"] = args[0]
-			var a api.Account
-			if err := callAPI(cmd.Context(), &flags, e, http.MethodPost, "/v1/accounts", b, &a, ""); err != nil {
+			a, err := c.CreateAccount(cmd.Context(), client.AccountCreate{ID: args[0], Tenants: b.Tenants, Sources: b.Sources, StoreIDPath: b.StoreIDPath})
+			if err != nil {
 				return err
 			}
 			show(a)
@@ -75,11 +77,15 @@ changed in the file.`,
 		Use: "change ID [--tenants T,…] [--sources S,…] [--store-id-path P]", Short: "Change an account the API made", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b := body(cmd)
-			if len(b) == 0 {
+			if b == (client.AccountChange{}) {
 				return fmt.Errorf("nothing to change: pass --tenants, --sources or --store-id-path")
 			}
-			var a api.Account
-			if err := callAPI(cmd.Context(), &flags, e, http.MethodPatch, "/v1/accounts/"+args[0], b, &a, ""); err != nil {
+			c, err := flags.client(e.getenv)
+			if err != nil {
+				return err
+			}
+			a, err := c.ChangeAccount(cmd.Context(), args[0], b)
+			if err != nil {
 				return err
 			}
 			show(a)
@@ -94,7 +100,11 @@ changed in the file.`,
 	del := &cobra.Command{
 		Use: "delete ID", Short: "Delete an account the API made, once it has no destination", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := callAPI(cmd.Context(), &flags, e, http.MethodDelete, "/v1/accounts/"+args[0], nil, nil, ""); err != nil {
+			c, err := flags.client(e.getenv)
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteAccount(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s deleted\n", args[0])

@@ -29,6 +29,7 @@ import (
 	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/console"
 	"github.com/mercamap/relay/internal/jobevent"
@@ -287,6 +288,7 @@ func startConsoleRigOf(t testing.TB, o consoleRigOptions) *consoleRig {
 	if o.setupCheck == "" {
 		o.setupCheck = "{initial: 20ms, max: 200ms}"
 	}
+	check := contracttest.New(t) // before the relays: it reports after they stop
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	r := &consoleRig{t: t, sts: awstest.NewSTS(t), bus: awstest.NewEventBridge(t), bin: buildRelay(t), redisURL: redisURL}
 	r.bus.RequireSessionFrom(r.sts)
@@ -317,7 +319,9 @@ func startConsoleRigOf(t testing.TB, o consoleRigOptions) *consoleRig {
 	}
 	for i := range r.apis {
 		listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
-		r.apis[i] = "http://" + listen
+		// The browser and the tests reach relay i through a check of every request and
+		// answer against the API's document.
+		r.apis[i] = check.Proxy("http://" + listen)
 		// One file for both but the listen address.
 		cfg := filepath.Join(t.TempDir(), "relay.yaml")
 		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`

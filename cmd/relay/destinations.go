@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mercamap/relay/internal/stream"
+	"github.com/mercamap/relay/client"
 )
 
 // apiFlags are how the API client commands reach the relay.
@@ -29,8 +28,9 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 		"bearer token, or env:NAME / file:PATH to read it (default: $RELAY_TOKEN); a bare value shows in ps")
 }
 
-// caller resolves the token: a value, env:NAME, file:PATH, or $RELAY_TOKEN.
-func (f *apiFlags) caller(getenv func(string) string) (*stream.Caller, error) {
+// client resolves the token (a value, env:NAME, file:PATH, or $RELAY_TOKEN) into the
+// public API client every API command calls through.
+func (f *apiFlags) client(getenv func(string) string) (*client.Client, error) {
 	tok := f.token
 	switch {
 	case tok == "":
@@ -53,17 +53,17 @@ func (f *apiFlags) caller(getenv func(string) string) (*stream.Caller, error) {
 	if tok == "" {
 		return nil, errors.New("no token: pass --token (env:NAME or file:PATH) or set RELAY_TOKEN")
 	}
-	return &stream.Caller{Base: f.url, Token: tok}, nil
+	return client.New(f.url, tok, client.Options{}), nil
 }
 
 func destinationsCmd(e env) *cobra.Command {
 	var flags apiFlags
 	list := func(cmd *cobra.Command, _ []string) error {
-		c, err := flags.caller(e.getenv)
+		c, err := flags.client(e.getenv)
 		if err != nil {
 			return err
 		}
-		cards, err := allCards(cmd.Context(), c)
+		cards, err := c.AllDestinations(cmd.Context())
 		if err != nil {
 			return err
 		}
@@ -87,19 +87,15 @@ statement) for AWS, the service account and gcloud commands for Pub/Sub.`,
 	}, &cobra.Command{
 		Use: "show ID", Short: "One destination's card, setup included", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := flags.caller(e.getenv)
+			c, err := flags.client(e.getenv)
 			if err != nil {
 				return err
 			}
-			cards, err := allCards(cmd.Context(), c)
+			card, err := find(cmd.Context(), c, args[0])
 			if err != nil {
 				return err
 			}
-			i := slices.IndexFunc(cards, func(card stream.Card) bool { return card.ID == args[0] })
-			if i < 0 {
-				return fmt.Errorf("no destination %q that this token may see", args[0])
-			}
-			printCard(e.stdout, cards[i])
+			printCard(e.stdout, card)
 			return nil
 		},
 	})
@@ -117,18 +113,22 @@ point still replayable (the card's replayable_from).`,
 			if (from == "") == (afterEvent == "") {
 				return errors.New("pass one of --from or --after-event")
 			}
-			body := map[string]string{"from": from}
+			var body client.ReplayRequest
 			if afterEvent != "" {
-				body = map[string]string{"after_event": afterEvent}
+				body.AfterEvent = &afterEvent
+			} else {
+				t, err := time.Parse(time.RFC3339Nano, from)
+				if err != nil {
+					return fmt.Errorf("--from must be an RFC 3339 time, like 2024-05-01T12:00:00Z: %q", from)
+				}
+				body.From = &t
 			}
-			var out struct {
-				stream.Card
-				Replay struct {
-					Cursor  string `json:"cursor"`
-					Pending bool   `json:"pending"`
-				} `json:"replay"`
+			c, ref, err := destinationRef(cmd.Context(), &flags, e, args[0])
+			if err != nil {
+				return err
 			}
-			if err := cardAction(cmd.Context(), flags, e, args[0], "replay", body, &out); err != nil {
+			out, err := c.Replay(cmd.Context(), ref, body)
+			if err != nil {
 				return err
 			}
 			if out.Replay.Pending {
@@ -149,12 +149,12 @@ from now on; with --replay since_disabled (or since_paused) it resumes from wher
 stopped: what arrived meanwhile is delivered first, in order.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var body any
-			if since != "" {
-				body = map[string]string{"replay": since}
+			c, ref, err := destinationRef(cmd.Context(), &flags, e, args[0])
+			if err != nil {
+				return err
 			}
-			var out stream.Card
-			if err := cardAction(cmd.Context(), flags, e, args[0], "activate", body, &out); err != nil {
+			out, err := c.Activate(cmd.Context(), ref, client.ActivateRequestReplay(since))
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s: %s\n", out.ID, out.Status)
@@ -176,12 +176,12 @@ attempt N must have ended a message (delivered, rejected or expired).`,
 			if err != nil || n < 1 {
 				return fmt.Errorf("N must be an attempt number, like 7: %q", args[1])
 			}
-			var out struct {
-				Attempt int64  `json:"attempt"`
-				RetryOf int64  `json:"retry_of"`
-				EventID string `json:"event_id"`
+			c, ref, err := destinationRef(cmd.Context(), &flags, e, args[0])
+			if err != nil {
+				return err
 			}
-			if err := cardAction(cmd.Context(), flags, e, args[0], "attempts/"+args[1]+"/retry", nil, &out); err != nil {
+			out, err := c.Retry(cmd.Context(), ref, n)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s: retry of attempt %d (event %s) queued as attempt %d\n", args[0], out.RetryOf, out.EventID, out.Attempt)
@@ -193,58 +193,27 @@ attempt N must have ended a message (delivered, rejected or expired).`,
 	return cmd
 }
 
-// cardAction POSTs body to the destination id's action and decodes the answer into out.
-func cardAction(ctx context.Context, flags apiFlags, e env, id, action string, body, out any) error {
-	return destinationCall(ctx, &flags, e, http.MethodPost, id, "/"+action, body, out)
-}
-
-// destinationCall sends method to the route of destination id (found among the cards
-// the token sees, for its connector) followed by sub ("" for the destination itself),
-// and decodes the answer into out.
-func destinationCall(ctx context.Context, flags *apiFlags, e env, method, id, sub string, body, out any) error {
-	c, err := flags.caller(e.getenv)
+// destinationRef is the client of the flags' token and the route of destination id,
+// found among the cards the token sees.
+func destinationRef(ctx context.Context, flags *apiFlags, e env, id string) (*client.Client, client.Ref, error) {
+	c, err := flags.client(e.getenv)
 	if err != nil {
-		return err
+		return nil, client.Ref{}, err
 	}
-	cards, err := allCards(ctx, c)
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(cards, func(card stream.Card) bool { return card.ID == id })
-	if i < 0 {
-		return fmt.Errorf("no destination %q that this token may see", id)
-	}
-	return c.Do(ctx, method, "/v1/connectors/"+cards[i].Connector+"/destinations/"+id+sub, nil, body, out)
+	card, err := find(ctx, c, id)
+	return c, client.RefOf(card), err
 }
 
-// allCards lists every card the token sees, connector by connector.
-func allCards(ctx context.Context, c *stream.Caller) ([]stream.Card, error) {
-	var conns struct {
-		Connectors []struct {
-			Connector    string `json:"connector"`
-			Destinations int    `json:"destinations"`
-		} `json:"connectors"`
+// find is the card of id among those the token sees, or an error saying there is none.
+func find(ctx context.Context, c *client.Client, id string) (client.Card, error) {
+	card, err := c.Find(ctx, id)
+	if client.IsCode(err, client.CodeNotFound) {
+		return card, fmt.Errorf("no destination %q that this token may see", id)
 	}
-	if err := c.Do(ctx, http.MethodGet, "/v1/connectors", nil, nil, &conns); err != nil {
-		return nil, err
-	}
-	var cards []stream.Card
-	for _, conn := range conns.Connectors {
-		if conn.Destinations == 0 {
-			continue
-		}
-		var page struct {
-			Destinations []stream.Card `json:"destinations"`
-		}
-		if err := c.Do(ctx, http.MethodGet, "/v1/connectors/"+conn.Connector+"/destinations", nil, nil, &page); err != nil {
-			return nil, err
-		}
-		cards = append(cards, page.Destinations...)
-	}
-	return cards, nil
+	return card, err
 }
 
-func printList(w io.Writer, cards []stream.Card) {
+func printList(w io.Writer, cards []client.Card) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONNECTOR\tID\tACCOUNT\tSTATUS\tFAILURES\tLAST FAILURE")
 	for _, c := range cards {
@@ -257,7 +226,7 @@ func printList(w io.Writer, cards []stream.Card) {
 	tw.Flush()
 }
 
-func printCard(w io.Writer, c stream.Card) {
+func printCard(w io.Writer, c client.Card) {
 	fmt.Fprintf(w, "%s (%s), account %s\n", c.ID, c.Connector, c.Account)
 	fmt.Fprintf(w, "status:               %s\n", c.Status)
 	fmt.Fprintf(w, "consecutive failures: %d\n", c.ConsecutiveFailures)
@@ -276,26 +245,30 @@ func printCard(w io.Writer, c stream.Card) {
 	}
 	fmt.Fprintf(w, "sequence:             %d\n", c.Sequence)
 	fmt.Fprintln(w, "target:")
-	for _, k := range slices.Sorted(maps.Keys(c.Target)) {
-		fmt.Fprintf(w, "  %s: %s\n", k, c.Target[k])
+	var target map[string]string
+	b, _ := json.Marshal(c.Target)
+	_ = json.Unmarshal(b, &target)
+	for _, k := range slices.Sorted(maps.Keys(target)) {
+		fmt.Fprintf(w, "  %s: %s\n", k, target[k])
 	}
 	if c.ExternalID != nil {
 		fmt.Fprintf(w, "external id:          %s\n", *c.ExternalID)
 	}
 	s := c.Setup
-	if v, ok := s["principal_arn"]; ok {
-		fmt.Fprintf(w, "\nOur principal: %v\n", v)
-		printPolicy(w, "Trust policy (the role's trust relationship)", s["trust_policy"])
-		printPolicy(w, "Permissions policy (attach to the role)", s["permissions_policy"])
-		if s["kms_statement"] != nil {
-			printPolicy(w, "KMS statement (add to the role's permissions, for the stream's key)", s["kms_statement"])
+	if s.PrincipalArn != nil {
+		fmt.Fprintf(w, "\nOur principal: %v\n", *s.PrincipalArn)
+		printPolicy(w, "Trust policy (the role's trust relationship)", s.TrustPolicy)
+		printPolicy(w, "Permissions policy (attach to the role)", s.PermissionsPolicy)
+		if s.KmsStatement != nil {
+			printPolicy(w, "KMS statement (add to the role's permissions, for the stream's key)", s.KmsStatement)
 		}
 	}
-	if v, ok := s["service_account"]; ok {
-		fmt.Fprintf(w, "\nOur service account: %v\nRun:\n", v)
-		cmds, _ := s["commands"].([]any)
-		for _, c := range cmds {
-			fmt.Fprintf(w, "  %v\n", c)
+	if s.ServiceAccount != nil {
+		fmt.Fprintf(w, "\nOur service account: %v\nRun:\n", *s.ServiceAccount)
+		if s.Commands != nil {
+			for _, c := range *s.Commands {
+				fmt.Fprintf(w, "  %v\n", c)
+			}
 		}
 	}
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/spf13/cobra"
 
-	"github.com/mercamap/relay/internal/stream"
+	"github.com/mercamap/relay/client"
 )
 
 // manageCmds are `relay destinations create|change|delete`: the API's routes for the
@@ -25,9 +23,12 @@ applies. --idempotency-key makes a retried create answer with the destination th
 one made.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body := t.body(cmd, true)
-			var card stream.Card
-			if err := callAPI(cmd.Context(), flags, e, http.MethodPost, "/v1/connectors/"+args[0]+"/destinations", body, &card, t.idemKey); err != nil {
+			c, err := flags.client(e.getenv)
+			if err != nil {
+				return err
+			}
+			card, err := c.CreateDestination(cmd.Context(), client.Connector(args[0]), t.create(cmd), t.idemKey)
+			if err != nil {
 				return err
 			}
 			printCard(e.stdout, card)
@@ -45,12 +46,16 @@ is a new destination. A new role sends the destination back to pending until it 
 checked; the ExternalId stays.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body := c.body(cmd, false)
-			if len(body) == 0 {
+			body := c.change(cmd)
+			if body == (client.DestinationChange{}) {
 				return fmt.Errorf("nothing to change: pass --role-arn, --kms-key-arn or --events")
 			}
-			var card stream.Card
-			if err := destinationCall(cmd.Context(), flags, e, http.MethodPatch, args[0], "", body, &card); err != nil {
+			api, ref, err := destinationRef(cmd.Context(), flags, e, args[0])
+			if err != nil {
+				return err
+			}
+			card, err := api.ChangeDestination(cmd.Context(), ref, body)
+			if err != nil {
 				return err
 			}
 			printCard(e.stdout, card)
@@ -66,11 +71,12 @@ replica; it says whether one was under way (it may still land). Its card, channe
 attempt log go, and its ExternalId is never issued again.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out struct {
-				Deleted       string `json:"deleted"`
-				WriteInFlight bool   `json:"write_in_flight"`
+			c, ref, err := destinationRef(cmd.Context(), flags, e, args[0])
+			if err != nil {
+				return err
 			}
-			if err := destinationCall(cmd.Context(), flags, e, http.MethodDelete, args[0], "", nil, &out); err != nil {
+			out, err := c.DeleteDestination(cmd.Context(), ref)
+			if err != nil {
 				return err
 			}
 			if out.WriteInFlight {
@@ -107,38 +113,33 @@ func (t *targetFlags) register(cmd *cobra.Command, create bool) {
 	f.StringVar(&t.idemKey, "idempotency-key", "", "a key a retried create sends again, so it makes one destination")
 }
 
-// body is the JSON body of the flags set on cmd.
-func (t *targetFlags) body(cmd *cobra.Command, create bool) map[string]any {
-	body := map[string]any{}
-	set := func(flag, field, v string) {
-		if cmd.Flags().Changed(flag) {
-			body[field] = v
-		}
-	}
-	set("role-arn", "role_arn", t.role)
-	set("kms-key-arn", "kms_key_arn", t.kms)
-	if cmd.Flags().Changed("events") {
-		body["events"] = t.events
-	}
-	if create {
-		set("id", "id", t.id)
-		set("account", "account", t.account)
-		set("bus-arn", "bus_arn", t.bus)
-		set("stream-arn", "stream_arn", t.stream)
-		set("project-id", "project_id", t.project)
-		set("topic-id", "topic_id", t.topic)
-	}
-	return body
+// create is a create's body: the flags set on cmd.
+func (t *targetFlags) create(cmd *cobra.Command) client.DestinationCreate {
+	set := flagValue(cmd)
+	return client.DestinationCreate{ID: set("id", t.id), Account: set("account", t.account), BusArn: set("bus-arn", t.bus),
+		StreamArn: set("stream-arn", t.stream), RoleArn: set("role-arn", t.role), KmsKeyArn: set("kms-key-arn", t.kms),
+		ProjectID: set("project-id", t.project), TopicID: set("topic-id", t.topic), Events: t.eventsSet(cmd)}
 }
 
-// callAPI sends one call with the flags' token (and an Idempotency-Key when idem is set).
-func callAPI(ctx context.Context, flags *apiFlags, e env, method, path string, body, out any, idem string) error {
-	c, err := flags.caller(e.getenv)
-	if err != nil {
-		return err
+// change is a change's body: the flags set on cmd.
+func (t *targetFlags) change(cmd *cobra.Command) client.DestinationChange {
+	set := flagValue(cmd)
+	return client.DestinationChange{RoleArn: set("role-arn", t.role), KmsKeyArn: set("kms-key-arn", t.kms), Events: t.eventsSet(cmd)}
+}
+
+func (t *targetFlags) eventsSet(cmd *cobra.Command) *[]string {
+	if !cmd.Flags().Changed("events") {
+		return nil
 	}
-	if idem != "" {
-		c.Header = http.Header{"Idempotency-Key": {idem}}
+	return &t.events
+}
+
+// flagValue is a flag's value when it was set on cmd, else nil (left out of the body).
+func flagValue(cmd *cobra.Command) func(flag, v string) *string {
+	return func(flag, v string) *string {
+		if !cmd.Flags().Changed(flag) {
+			return nil
+		}
+		return &v
 	}
-	return c.Do(ctx, method, path, nil, body, out)
 }

@@ -21,6 +21,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
@@ -92,6 +93,7 @@ func startReplicasWith(t *testing.T, n int, o replicaOptions) *replicaSet {
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	sts, bus := awstest.NewSTS(t), awstest.NewEventBridge(t)
 	bus.RequireSessionFrom(sts)
+	check := contracttest.New(t) // before the replicas: it reports after they stop
 	bin := buildRelay(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	rs := &replicaSet{t: t, exchange: "relay-test-replicas-" + suffix, queue: "relay-test-replicas-" + suffix,
@@ -134,7 +136,8 @@ destinations:
 			t.Fatal(err)
 		}
 		cmd, logs := startRelay(t, bin, cfg, "TEST_ADMIN_TOKEN="+replicasAdminToken, "TEST_ACCT_TOKEN="+replicasAcctToken)
-		rs.procs, rs.apis, rs.logs = append(rs.procs, cmd), append(rs.apis, "http://"+listen), append(rs.logs, logs)
+		// The tests call each replica through a check of every answer against the API's document.
+		rs.procs, rs.apis, rs.logs = append(rs.procs, cmd), append(rs.apis, check.Proxy("http://"+listen)), append(rs.logs, logs)
 		rs.cfgs = append(rs.cfgs, cfg)
 		rs.metrics = append(rs.metrics, "http://"+metricsListen)
 	}

@@ -2,13 +2,9 @@ package main
 
 import (
 	"fmt"
-	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/mercamap/relay/internal/api"
 )
 
 // signInLinkCmd is `relay sign-in-link ACCOUNT`: a console sign-in link for the account,
@@ -27,8 +23,12 @@ Hand it over as you would a password; the platform's backend calls the same rout
 session of the account and every link not used yet.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var link api.SignInLink
-			if err := callAPI(cmd.Context(), &flags, e, http.MethodPost, "/v1/accounts/"+url.PathEscape(args[0])+"/sign-in-links", nil, &link, ""); err != nil {
+			c, err := flags.client(e.getenv)
+			if err != nil {
+				return err
+			}
+			link, err := c.SignInLink(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			fmt.Fprintln(e.stdout, link.URL)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mercamap/relay/internal/stream"
+	"github.com/mercamap/relay/client"
 )
 
 func watchCmd(e env) *cobra.Command {
@@ -29,17 +29,23 @@ prints the destinations' status from each snapshot, then one line per event appl
 It stops on Ctrl-C, or when the relay refuses the token or the channel.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			caller, err := flags.caller(e.getenv)
+			c, err := flags.client(e.getenv)
 			if err != nil {
 				return err
 			}
-			c := stream.NewClient(stream.ClientOptions{
-				Caller: caller, Channel: args[0], MaxHeld: maxHeld,
-				OnSnapshot: func(v stream.View) { printSnapshot(e.stdout, v) },
-				OnApply:    func(ev stream.Event, card stream.Card) { printEvent(e.stdout, ev, card) },
-				Logger:     slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-			})
-			return c.Run(cmd.Context())
+			updates := c.Follow(cmd.Context(), args[0], client.FollowOptions{MaxHeld: maxHeld,
+				Logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+			for u, err := range updates {
+				switch {
+				case err != nil:
+					return err
+				case u.Snapshot:
+					printSnapshot(e.stdout, u)
+				default:
+					printEvent(e.stdout, *u.Event, u.Card)
+				}
+			}
+			return nil
 		},
 	}
 	flags.register(cmd)
@@ -47,35 +53,37 @@ It stops on Ctrl-C, or when the relay refuses the token or the channel.`,
 	return cmd
 }
 
-func printSnapshot(w io.Writer, v stream.View) {
+func printSnapshot(w io.Writer, v client.Update) {
 	fmt.Fprintf(w, "snapshot %s at sequence %d\n", v.Channel, v.Sequence)
 	for _, id := range slices.Sorted(maps.Keys(v.Destinations)) {
 		fmt.Fprintln(w, "  "+cardLine(v.Destinations[id]))
 	}
 }
 
-func cardLine(c stream.Card) string {
+func cardLine(c client.Card) string {
 	s := fmt.Sprintf("%s (%s): %s, %d consecutive failures", c.ID, c.Connector, c.Status, c.ConsecutiveFailures)
 	if c.Disabled != nil {
 		s += "; disabled: " + c.Disabled.Reason
 	} else if f := c.LastFailure; f != nil {
-		s += "; last failure " + f.Class + ": " + f.Message
+		s += "; last failure " + string(f.Class) + ": " + f.Message
 	}
 	return s
 }
 
 // printEvent prints one applied event on one line: sequence, time, type, then what it
 // did to its destination.
-func printEvent(w io.Writer, ev stream.Event, card stream.Card) {
+func printEvent(w io.Writer, ev client.ChannelEvent, card *client.Card) {
 	var data struct {
 		EventID string `json:"event_id"`
 		Message string `json:"message"`
 		Reason  string `json:"reason"`
 		Test    bool   `json:"test"`
 	}
-	_ = json.Unmarshal(ev.Data, &data)
-	parts := []string{fmt.Sprintf("#%d", ev.Sequence), ev.Time.Format(time.RFC3339), ev.Type}
-	if card.ID != "" {
+	raw, _ := json.Marshal(ev.Data)
+	_ = json.Unmarshal(raw, &data)
+	typ := string(ev.Type)
+	parts := []string{fmt.Sprintf("#%d", ev.Sequence), ev.Time.Format(time.RFC3339), typ}
+	if card != nil {
 		parts = append(parts, fmt.Sprintf("%s → %s, %d failures", card.ID, card.Status, card.ConsecutiveFailures))
 	}
 	if data.EventID != "" {
@@ -85,10 +93,10 @@ func printEvent(w io.Writer, ev stream.Event, card stream.Card) {
 		parts = append(parts, "(test)")
 	}
 	switch {
-	case ev.Type == "destination.replayed" && data.Message != "":
+	case typ == "destination.replayed" && data.Message != "":
 		// "replay from 2024-05-01T12:00:00Z asked for", and whether it waits for an activation.
 		parts = append(parts, "— "+data.Message)
-	case strings.HasPrefix(ev.Type, "delivery.") && ev.Type != "delivery.succeeded" && data.Message != "":
+	case strings.HasPrefix(typ, "delivery.") && typ != "delivery.succeeded" && data.Message != "":
 		// delivery.retried too: "retry of attempt 7: delivered", or the bus's refusal.
 		parts = append(parts, "— "+data.Message)
 	case data.Reason != "":

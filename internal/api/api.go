@@ -211,6 +211,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/streams/{channel}/subscribe", s.authedStream(s.subscribe))
 	m.HandleFunc("GET /v1/streams/subscribe", s.authedStream(s.subscribeMany))
 
+	m.HandleFunc("GET /v1/openapi.json", s.openAPI) // the contract itself, no token (openapi.go)
 	m.HandleFunc("GET /v1/whoami", s.authed(s.whoami))
 	m.HandleFunc("GET /v1/accounts", s.authed(s.listAccounts))
 	m.HandleFunc("POST /v1/accounts", s.authed(s.createAccount))

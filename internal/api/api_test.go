@@ -22,6 +22,7 @@ import (
 
 	"github.com/mercamap/relay/internal/api"
 	"github.com/mercamap/relay/internal/api/apitest"
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
@@ -776,7 +777,7 @@ func TestReadyzAnswersWithinTheProbeTimeoutWhenRedisHangs(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	srv := api.New(api.Options{Config: apitest.Config(), Store: st, Broker: func() bool { return true }})
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(contracttest.New(t).Wrap(srv.Handler()))
 	t.Cleanup(hs.Close)
 
 	check := func(who string) {

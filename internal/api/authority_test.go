@@ -13,6 +13,7 @@ import (
 
 	"github.com/mercamap/relay/internal/api"
 	"github.com/mercamap/relay/internal/api/apitest"
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
@@ -205,7 +206,7 @@ func TestDisableSaysWhichWriteWasInFlightAndNoneStartsAfter(t *testing.T) {
 // newServer serves s over loopback until the test ends and returns its URL.
 func newServer(t *testing.T, s *api.Server) string {
 	t.Helper()
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(contracttest.New(t).Wrap(s.Handler()))
 	t.Cleanup(hs.Close)
 	return hs.URL
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mercamap/relay/internal/api"
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
@@ -166,6 +167,9 @@ type Rig struct {
 	MetricsURL string
 	// RedisURL is the rig's Redis.
 	RedisURL string
+	// Check checks every request to the rig's servers, and its answer, against the API's
+	// OpenAPI document; a test wraps a server of its own with Check.Wrap.
+	Check *contracttest.Checker
 
 	cfg     *config.Config
 	nextJob int
@@ -174,6 +178,7 @@ type Rig struct {
 // New starts a rig; the dispatcher is not running until Start.
 func New(t testing.TB, opts Options) *Rig {
 	t.Helper()
+	check := contracttest.New(t) // before the servers: their last answers are checked before it reports
 	redisURL := testpeer.RedisURL(t)
 	st, err := store.Open(redisURL)
 	if err != nil {
@@ -225,10 +230,12 @@ func New(t testing.TB, opts Options) *Rig {
 	// Served as serve serves it: its timeouts and its connection cap.
 	hs := httptest.NewUnstartedServer(nil)
 	hs.Config = srv.HTTPServer(nil)
+	hs.Config.Handler = check.Wrap(hs.Config.Handler)
 	hs.Listener = srv.Listener(hs.Listener)
 	hs.Start()
 	ms := httptest.NewUnstartedServer(nil)
 	ms.Config = srv.MetricsHTTPServer(nil)
+	ms.Config.Handler = check.Wrap(ms.Config.Handler)
 	ms.Start()
 	t.Cleanup(func() {
 		srv.CloseStreams() // SSE handlers end, so Close does not wait on them
@@ -237,7 +244,7 @@ func New(t testing.TB, opts Options) *Rig {
 		ms.Close()
 	})
 	return &Rig{T: t, Store: st, Sink: sink, Dispatcher: disp, Streams: streams, API: srv, HTTP: hs, URL: hs.URL,
-		MetricsURL: ms.URL, RedisURL: redisURL, cfg: cfg}
+		MetricsURL: ms.URL, RedisURL: redisURL, Check: check, cfg: cfg}
 }
 
 // Replica serves a second API over the rig's Redis and config, as another relay process
@@ -259,6 +266,7 @@ func (r *Rig) Replica() string {
 	srv := api.New(api.Options{Config: r.cfg, Destinations: disp, Store: st, Streams: streams, Broker: func() bool { return true }})
 	hs := httptest.NewUnstartedServer(nil)
 	hs.Config = srv.HTTPServer(nil)
+	hs.Config.Handler = r.Check.Wrap(hs.Config.Handler)
 	hs.Listener = srv.Listener(hs.Listener)
 	hs.Start()
 	t.Cleanup(func() {

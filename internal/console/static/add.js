@@ -21,6 +21,7 @@ const optional = new Set(['kms_key_arn', 'id', 'events']);
 // forms keeps each connector's form as the user left it: open or not, what was typed,
 // the last refusal. Another page or a language switch loses none of it.
 const forms = {};
+/** @type {(card: import('./api.js').Card) => void} */
 let onCreated = () => {};
 
 function formOf(connector) {
@@ -101,7 +102,7 @@ async function submit(e) {
   button.textContent = t('addAdding');
   let card;
   try {
-    card = await call('POST', '/v1/connectors/' + connector + '/destinations', { body, extraHeaders: { 'Idempotency-Key': f.key } });
+    card = /** @type {import('./api.js').Card} */ (await call('POST', '/v1/connectors/' + connector + '/destinations', { body, extraHeaders: { 'Idempotency-Key': f.key } }));
   } catch (err) {
     f.error = err;
     button.disabled = false;

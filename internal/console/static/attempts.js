@@ -38,7 +38,7 @@ export class AttemptLog {
     if (!first && this.next !== null) query.before = String(this.next);
     if (first && this.rows.length > attemptsPage) query.limit = String(this.rows.length);
     try {
-      const page = await call('GET', v.path('attempts'), { query });
+      const page = /** @type {import('./api.js').AttemptPage} */ (await call('GET', v.path('attempts'), { query }));
       this.rows = first ? page.attempts : [...this.rows, ...page.attempts];
       this.next = page.next ?? null;
       this.loaded = true;
@@ -85,7 +85,7 @@ export class AttemptLog {
       this.shown.delete(r.n);
     } else {
       try {
-        this.shown.set(r.n, await call('GET', v.path('attempts/' + r.n)));
+        this.shown.set(r.n, /** @type {import('./api.js').AttemptDetail} */ (await call('GET', v.path('attempts/' + r.n))));
       } catch (err) {
         v.setNotice(actionError(err), 'error');
         v.renderState();

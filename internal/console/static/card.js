@@ -207,7 +207,7 @@ export class CardView {
       this.refreshTimer = null;
       if (app.views.get(this.card.id) !== this) return;
       try {
-        const c = await call('GET', this.path());
+        const c = /** @type {import('./api.js').Card} */ (await call('GET', this.path()));
         this.extra = { lag: c.lag ?? null, replayable_from: c.replayable_from ?? null };
         this.renderState();
       } catch { /* the next change tries again */ }
@@ -223,12 +223,14 @@ export class CardView {
   }
 
   // takeCard keeps the lag and replayable_from of a card an action answered.
+  /** @param {import('./api.js').Card | import('./api.js').ChangedCard | import('./api.js').ReplayedCard} c */
   takeCard(c) {
     if (c && c.id === this.card.id) this.extra = { lag: c.lag ?? null, replayable_from: c.replayable_from ?? null };
   }
 
   // takeDefinition keeps what a change answered that no channel event carries (the
   // target, the setup), on the card the follower applies events to as well.
+  /** @param {import('./api.js').Card} c */
   takeDefinition(c) {
     if (!c || c.id !== this.card.id) return;
     for (const card of new Set([this.card, this.follower.card].filter(Boolean))) {
@@ -245,7 +247,7 @@ export class CardView {
     this.testOutcome = null;
     this.setNotice('');
     try {
-      this.testOutcome = await call('POST', this.path('test'));
+      this.testOutcome = /** @type {import('./api.js').TestResult} */ (await call('POST', this.path('test')));
     } catch (err) {
       this.setNotice(actionError(err), 'error');
     }
@@ -269,7 +271,7 @@ export class CardView {
   async loadChart() {
     this.chartAt = Date.now();
     try {
-      this.chart = await call('GET', this.path('minutes'));
+      this.chart = /** @type {import('./api.js').Minutes} */ (await call('GET', this.path('minutes')));
     } catch {
       return; // the chart is a picture: a card without it is still whole
     }

@@ -12,7 +12,7 @@ import { connectors } from './state.js';
 // onConfirm only when chosen, once the dialog closed. With onSubmit instead, the dialog
 // stays open while it runs and closes only when it answers true (a change the API
 // refused stays on screen as typed, its problems beside its fields).
-export function openDialog({ title, body, confirm, confirmDisabled = false, danger = false, onConfirm, onSubmit }) {
+export function openDialog({ title, body, confirm, confirmDisabled = false, danger = false, onConfirm = undefined, onSubmit = undefined }) {
   const dialog = $('action-dialog');
   const button = $('action-confirm');
   $('action-title').textContent = title;
@@ -50,7 +50,7 @@ export async function askActivate(v) {
   }
   // What was missed arrived while nothing changed on the card: read its lag now.
   try {
-    v.takeCard(await call('GET', v.path()));
+    v.takeCard(/** @type {import('./api.js').Card} */ (await call('GET', v.path())));
   } catch (err) {
     v.setNotice(actionError(err), 'error');
     v.renderState();
@@ -106,7 +106,7 @@ export function askReplay(v, afterEvent) {
     countButton.disabled = true;
     result.textContent = t('replayCounting');
     try {
-      const dry = await call('POST', v.path('replay'), { body: { ...p, dry_run: true } });
+      const dry = /** @type {import('./api.js').ReplayDryRun} */ (await call('POST', v.path('replay'), { body: { ...p, dry_run: true } }));
       counted = p;
       let text;
       if (dry.events === null || dry.events === undefined) text = t('replayWillSendUnknown');
@@ -139,7 +139,7 @@ export function askReplay(v, afterEvent) {
       const { events, pending, ...body } = counted;
       v.setNotice('');
       try {
-        const res = await call('POST', v.path('replay'), { body });
+        const res = /** @type {import('./api.js').ReplayedCard} */ (await call('POST', v.path('replay'), { body }));
         v.takeCard(res);
         v.setNotice(res.replay && res.replay.pending ? t('replayDonePending') : t('replayDone', { events: events ?? '?' }), 'ok');
       } catch (err) {
@@ -158,7 +158,7 @@ export function askRetry(v, r) {
     onConfirm: async () => {
       v.setNotice('');
       try {
-        const res = await call('POST', v.path('attempts/' + r.n + '/retry'));
+        const res = /** @type {import('./api.js').RetryQueued} */ (await call('POST', v.path('attempts/' + r.n + '/retry')));
         v.setNotice(t('retryDone', { n: r.n, attempt: res.attempt }), 'ok');
       } catch (err) {
         v.setNotice(actionError(err), 'error');
@@ -189,7 +189,7 @@ export async function askDisable(v) {
     if (dialog.returnValue !== 'confirm') return;
     try {
       const reason = $('disable-reason').value.trim();
-      const res = await call('POST', v.path('disable'), { body: reason ? { reason } : {} });
+      const res = /** @type {import('./api.js').DisableResult} */ (await call('POST', v.path('disable'), { body: reason ? { reason } : {} }));
       v.setNotice(t('disabledIds', { ids: res.disabled.join(', ') }), 'ok');
     } catch (err) {
       v.setNotice(actionError(err), 'error');

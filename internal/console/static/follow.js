@@ -160,8 +160,8 @@ export class Follower {
     for (;;) {
       let page;
       try {
-        page = await call('GET', channelPath(this.opts.channel, 'events'),
-          { query: { after: String(this.cursor), limit: String(replayLimit) }, signal: this.signal });
+        page = /** @type {import('./api.js').EventPage} */ (await call('GET', channelPath(this.opts.channel, 'events'),
+          { query: { after: String(this.cursor), limit: String(replayLimit) }, signal: this.signal }));
       } catch (err) {
         if (err instanceof ApiError && err.status === 410) {
           await this.resnapshot(); // older than retention: start over
@@ -220,7 +220,7 @@ export class Follower {
   // resnapshot loads a new snapshot and starts over from its sequence.
   async resnapshot() {
     this.needSnapshot = true; // until it loads: a reconnection starts afresh
-    const snap = await call('GET', channelPath(this.opts.channel, 'snapshot'), { signal: this.signal });
+    const snap = /** @type {import('./api.js').Snapshot} */ (await call('GET', channelPath(this.opts.channel, 'snapshot'), { signal: this.signal }));
     this.card = snap.data.destination;
     this.cursor = snap.sequence;
     this.needSnapshot = false;

@@ -60,7 +60,7 @@ async function loadPage() {
   if (app.filters.account) query.account = app.filters.account;
   let list;
   try {
-    list = await call('GET', '/v1/connectors/' + connector + '/destinations', { query });
+    list = /** @type {import('./api.js').DestinationList} */ (await call('GET', '/v1/connectors/' + connector + '/destinations', { query }));
   } catch (err) {
     if (err instanceof ApiError && (err.status === 401 || err.code === 'ACCESS_REVOKED')) {
       signOut(t('signInFailed', { message: err.message }));

@@ -63,7 +63,7 @@ export function askChange(v) {
         return false;
       }
       try {
-        v.takeDefinition(await call('PATCH', v.path(), { body }));
+        v.takeDefinition(/** @type {import('./api.js').Card} */ (await call('PATCH', v.path(), { body })));
       } catch (err) {
         const rest = showProblems(box, err.fields || []);
         result.textContent = [err.fields && err.fields.length ? t('changeNotMade') : actionError(err), ...rest].join(' ');
@@ -97,7 +97,7 @@ export function askDelete(v) {
       if (typed.value.trim() !== c.id) return;
       let res;
       try {
-        res = await call('DELETE', v.path());
+        res = /** @type {import('./api.js').DestinationDeleted} */ (await call('DELETE', v.path()));
       } catch (err) {
         v.setNotice(actionError(err), 'error');
         v.renderState();

@@ -13,7 +13,7 @@ let expiry = 0; // the timer that signs a session out when it ends
 export async function signIn(value) {
   setToken(value);
   try {
-    const who = await call('GET', '/v1/whoami');
+    const who = /** @type {import('./api.js').WhoAmI} */ (await call('GET', '/v1/whoami'));
     app.scope = who.scope;
     app.sessionEnds = who.session ? who.expires_at : '';
   } catch (err) {

@@ -1,0 +1,40 @@
+package client_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestTheTypesAreGeneratedFromTheDocumentAsItIs: types.gen.go is what the pinned
+// oapi-codegen makes of api/openapi.yaml now, so a change of the document reaches the
+// client (go generate ./client/ after changing it).
+func TestTheTypesAreGeneratedFromTheDocumentAsItIs(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "types.gen.go")
+	cfg, err := os.ReadFile("oapi-codegen.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = bytes.Replace(cfg, []byte("output: types.gen.go"), []byte("output: "+out), 1)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "tool", "oapi-codegen", "-config", filepath.Join(dir, "config.yaml"), "../api/openapi.yaml")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("oapi-codegen: %v\n%s", err, b)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("types.gen.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("client/types.gen.go is not what api/openapi.yaml makes: run go generate ./client/")
+	}
+}
