@@ -105,7 +105,7 @@ func (a *apiSource) run(ctx context.Context) {
 		a.mu.Lock()
 		pos := a.pos
 		a.mu.Unlock()
-		changes, next, reload, err := a.reg.Next(ctx, pos, changeWait)
+		changes, next, reload, err := a.next(ctx, pos)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -125,6 +125,31 @@ func (a *apiSource) run(ctx context.Context) {
 		a.mu.Lock()
 		a.pos = next
 		a.mu.Unlock()
+	}
+}
+
+// next is one blocking read of the change stream. A stop does not wait for it: go-redis
+// does not cut a blocking read short when its context ends, and a SIGTERMed replica
+// waited out the whole changeWait (5 s of every pod's stop in a roll); the read's answer
+// is dropped.
+func (a *apiSource) next(ctx context.Context, pos string) ([]registry.Change, string, bool, error) {
+	type read struct {
+		changes []registry.Change
+		next    string
+		reload  bool
+		err     error
+	}
+	done := make(chan read, 1)
+	go func() {
+		var r read
+		r.changes, r.next, r.reload, r.err = a.reg.Next(ctx, pos, changeWait)
+		done <- r
+	}()
+	select {
+	case <-ctx.Done():
+		return nil, "", false, ctx.Err()
+	case r := <-done:
+		return r.changes, r.next, r.reload, r.err
 	}
 }
 

@@ -27,10 +27,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/mercamap/relay"
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/upgrade"
 )
 
 // TestARollingUpgradeFromThePreviousReleaseLosesNothing does what the chart does on an
@@ -422,11 +424,61 @@ func (r *roll) rollTo(bin, release string) {
 	r.t.Helper()
 	for _, old := range r.live() {
 		p := r.start(release, bin)
+		r.checkStatus("with " + p.name + " beside " + old.name)
 		r.sameCards(old, p)
 		r.stop(old)
 		r.waitDelivering(fmt.Sprintf("after %s replaced %s", p.name, old.name))
 	}
+	r.checkStatus("after the roll to " + release)
 	r.checkKept()
+}
+
+// checkStatus runs this release's relay upgrade status beside the deployment: it lists
+// every live replica, and only those, with the release it runs (a replica of the
+// previous release, whose heartbeat names no version, as 0.1.0), state format 1 in force
+// and nothing pending; each new replica's /metrics names its release.
+func (r *roll) checkStatus(when string) {
+	r.t.Helper()
+	var out string
+	ok := waitFor(15*time.Second, func() bool {
+		s, err := r.command(r.newBin, "upgrade", "status", "--config", r.config)
+		out = s
+		live := r.live()
+		if err != nil || !strings.Contains(s, fmt.Sprintf("replicas:     %d live", len(live))) {
+			return false
+		}
+		for _, p := range live {
+			want := "relay " + relay.Version() + " "
+			if p.bin == r.oldBin {
+				want = "relay " + upgrade.Unnumbered + " "
+			}
+			if !strings.Contains(lineWith(s, fmt.Sprintf("-%d-", p.cmd.Process.Pid)), want) {
+				return false
+			}
+		}
+		return strings.Contains(s, "state format: 1 in force") && strings.Contains(s, "pending:      nothing")
+	})
+	r.checkNoneExitedAlone()
+	if !ok {
+		r.t.Fatalf("relay upgrade status %s does not list the live replicas with their releases:\n%s", when, out)
+	}
+	for _, p := range r.live() {
+		if p.bin == r.newBin {
+			if page := httpDo(r.t, http.MethodGet, p.metrics+"/metrics", "").body; !strings.Contains(page, `version="`+relay.Version()+`"`) {
+				r.t.Errorf("%s's relay_build_info does not name release %s", p.name, relay.Version())
+			}
+		}
+	}
+}
+
+// lineWith is the first line of s that contains sub ("" when none does).
+func lineWith(s, sub string) string {
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			return line
+		}
+	}
+	return ""
 }
 
 // sameCards fails unless a and b (both live) serve the same card for every
