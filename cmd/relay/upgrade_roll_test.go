@@ -72,6 +72,18 @@ func onEachRedisMode(t *testing.T, test func(t *testing.T, redisURL string)) {
 	t.Run("cluster", func(t *testing.T) { test(t, testpeer.SharedRedisCluster(t).URL()) })
 }
 
+// rollInterval is the publisher's interval: 40 events a second, or RELAY_ROLL_RATE's (a
+// by-hand run under more load).
+func rollInterval(t *testing.T) time.Duration {
+	rate := 40
+	if v := os.Getenv("RELAY_ROLL_RATE"); v != "" {
+		if _, err := fmt.Sscan(v, &rate); err != nil || rate < 1 {
+			t.Fatalf("RELAY_ROLL_RATE=%q: want events a second", v)
+		}
+	}
+	return time.Second / time.Duration(rate)
+}
+
 // The roll's tokens, one per scope.
 const (
 	rollAdminToken = "roll-admin-token-0123456789abcdef"
@@ -226,7 +238,7 @@ func startRoll(t *testing.T, redisURL string) *roll {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	r.pub = startRollPublisher(t, ch, r.exchange, 25*time.Millisecond)
+	r.pub = startRollPublisher(t, ch, r.exchange, rollInterval(t))
 	r.watch = r.watchChannels()
 	r.waitDelivering("before the roll")
 	return r
