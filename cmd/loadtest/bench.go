@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/benchkit"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
 )
@@ -200,7 +202,7 @@ func bareBusARN(idx int) string {
 	return fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-bare-%d-", idx)
 }
 
-func runBench(ctx context.Context, args []string) error {
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var e benchEnv
 	var redisURL, runsFlag, clusterURL, clusterRuns, baselineRuns, aimsOut string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -318,11 +320,11 @@ func runBench(ctx context.Context, args []string) error {
 
 	aims := aimsTable(append(judgeAims(results), apiAims(apiRes, results)...)) + issue17Line(results)
 	if aimsOut == "" {
-		fmt.Print(aims)
+		fmt.Fprint(stdout, aims)
 	} else if err := os.WriteFile(aimsOut, []byte(aims), 0o644); err != nil {
 		return err
 	}
-	fmt.Print(benchReport(results, load, loadAfter))
+	fmt.Fprint(stdout, benchReport(results, load, loadAfter))
 	return nil
 }
 
@@ -668,7 +670,7 @@ type spans struct {
 }
 
 func (e *benchEnv) readSpans(ctx context.Context, rdb redis.UniversalClient, relayPID int) (spans, error) {
-	s := spans{relay: procCPU(relayPID), load: selfCPU(), bus: procCPU(e.bus.pid()), rabbit: procCPU(e.rabbitPID)}
+	s := spans{relay: procCPU(relayPID), load: benchkit.SelfCPU(), bus: procCPU(e.bus.pid()), rabbit: procCPU(e.rabbitPID)}
 	var err error
 	s.redis, err = redisCPU(ctx, rdb)
 	return s, err
@@ -935,4 +937,10 @@ func (e *benchEnv) trustStored(ctx context.Context, rdb redis.UniversalClient, r
 		}
 		return ext
 	})
+}
+
+// procCPU is process pid's CPU time so far (benchkit.ProcCPU); 0 when it cannot be read.
+func procCPU(pid int) time.Duration {
+	d, _ := benchkit.ProcCPU(pid)
+	return d
 }
