@@ -21,10 +21,10 @@ type setupResult struct {
 	last    *store.PendingCheck // the card's check as stored before this one (nil: none)
 }
 
-// checkSetup runs dest's setup check through its sink, if the sink has one (a sink
+// runSetupCheck runs dest's setup check through its sink, if the sink has one (a sink
 // without one passes), and records it as destination.checked: passed, or the sentence
 // that says what is missing. A check the STS budget held back is not recorded.
-func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destination) setupResult {
+func (d *Dispatcher) runSetupCheck(ctx context.Context, dest destination.Destination) setupResult {
 	c, ok := d.sink(dest).(checker)
 	if !ok {
 		return setupResult{passed: true}
@@ -37,7 +37,7 @@ func (d *Dispatcher) checkSetup(ctx context.Context, dest destination.Destinatio
 	checkCtx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	checkErr := c.Check(checkCtx, dest)
-	if wait, held := failures.HeldBack(checkErr); held {
+	if wait, held := failures.HeldBackFor(checkErr); held {
 		return setupResult{held: max(wait, time.Millisecond), last: st.Pending}
 	}
 	check, reason := failures.Classify(checkErr), failures.Reason(checkErr)

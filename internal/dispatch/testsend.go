@@ -31,7 +31,7 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 		// A pending destination's test is its setup check, at once: a pass makes it
 		// active (and the test event is written); a failure is answered in the check's
 		// words and counts nothing (no attempt is recorded).
-		res := d.checkSetup(ctx, dest)
+		res := d.runSetupCheck(ctx, dest)
 		if res.held > 0 {
 			return failures.Outcome{}, HeldBack{Wait: res.held}
 		}
@@ -55,7 +55,7 @@ func (d *Dispatcher) Test(ctx context.Context, id string) (failures.Outcome, err
 	// The whole path: a fresh probe and session, or a fresh label read, before the write.
 	if c, ok := sink.(checker); ok && !checked {
 		err = c.Check(sendCtx, dest)
-		if wait, held := failures.HeldBack(err); held {
+		if wait, held := failures.HeldBackFor(err); held {
 			return failures.Outcome{}, HeldBack{Wait: wait} // nothing was sent: no attempt is recorded
 		}
 		check := failures.Classify(err)
