@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"runtime/pprof"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/mercamap/relay/internal/benchkit"
 	"github.com/mercamap/relay/internal/ingest"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/signature"
@@ -51,8 +49,8 @@ type result struct{ bare, relay phase }
 type bench struct {
 	cfg    config
 	st     *store.Store
-	trips  *roundTrips // counts the store's round trips
-	key    []byte      // external HMAC key the events are signed with and verified against
+	trips  *benchkit.RoundTrips // counts the store's round trips: ingest appends one batch a pipeline
+	key    []byte               // external HMAC key the events are signed with and verified against
 	stderr io.Writer
 	stamp  string // names this invocation's queues, exchanges and accounts
 }
@@ -66,7 +64,7 @@ func newBench(cfg config, stderr io.Writer) (*bench, error) {
 	for i := range key {
 		key[i] = byte(0xA0 + i)
 	}
-	trips := &roundTrips{}
+	trips := &benchkit.RoundTrips{}
 	st.Client().AddHook(trips)
 	return &bench{cfg: cfg, st: st, trips: trips, key: key, stderr: stderr, stamp: fmt.Sprintf("%x", time.Now().UnixNano())}, nil
 }
@@ -243,8 +241,8 @@ func (b *bench) relay(ctx context.Context, exchange, account string, msgs []mess
 		}
 		defer pprof.StopCPUProfile() // idempotent; the normal stop is right after the span
 	}
-	b.trips.trips.Store(0)
-	b.trips.cmds.Store(0)
+	b.trips.N.Store(0)
+	b.trips.Cmds.Store(0)
 	start := b.sample()
 	published := make(chan error, 1)
 	if b.cfg.prefill {
@@ -260,7 +258,7 @@ func (b *bench) relay(ctx context.Context, exchange, account string, msgs []mess
 	}
 	end := time.Now()
 	stop := b.sample()
-	trips, cmds := b.trips.trips.Load(), b.trips.cmds.Load()
+	trips, cmds := b.trips.N.Load(), b.trips.Cmds.Load()
 	if profile {
 		pprof.StopCPUProfile()
 		b.logf("run 1: CPU profile of the relay phase in %s", b.cfg.cpuProfile)
@@ -398,7 +396,7 @@ func (b *bench) sample() sample {
 		s.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	for _, p := range b.cfg.peerPIDs {
-		if d, err := procCPU(p.pid); err == nil {
+		if d, err := benchkit.ProcCPU(p.pid); err == nil {
 			s.peers[p.name] = d
 		}
 	}
@@ -417,34 +415,6 @@ func (s sample) since(start sample, end time.Time, events int) phase {
 	return p
 }
 
-// clockTick is USER_HZ, the unit of /proc/PID/stat times: 100 on every Linux Go runs on.
-const clockTick = 10 * time.Millisecond
-
-// procCPU reads utime+stime of a process (all its threads) from /proc/PID/stat.
-func procCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces: count fields after its closing ')'.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	var utime, stime int64
-	if _, err := fmt.Sscan(f[11], &utime); err != nil {
-		return 0, err
-	}
-	if _, err := fmt.Sscan(f[12], &stime); err != nil {
-		return 0, err
-	}
-	return time.Duration(utime+stime) * clockTick, nil
-}
-
 // waitUntil polls cond every millisecond until it holds or ctx ends.
 func waitUntil(ctx context.Context, cond func() bool) error {
 	t := time.NewTicker(time.Millisecond)
@@ -457,26 +427,4 @@ func waitUntil(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
-}
-
-// roundTrips counts the Redis round trips of the relay's store and the commands they
-// carried: ingest appends one batch per pipeline, so cmds/trips is its batch size.
-type roundTrips struct{ trips, cmds atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.trips.Add(1)
-		r.cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.trips.Add(1)
-		r.cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }

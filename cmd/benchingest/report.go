@@ -6,10 +6,11 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mercamap/relay/internal/benchkit"
 )
 
 // report prints the results as markdown: rates and ratio per run and their medians, then
@@ -37,7 +38,7 @@ func report(w io.Writer, cfg config, results []result, loadBefore string) {
 		bares, relays, ratios = append(bares, bare), append(relays, relay), append(ratios, relay/bare)
 		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.0f%% |\n", i+1, bare, relay, 100*relay/bare)
 	}
-	fmt.Fprintf(w, "| **median** | **%.0f** | **%.0f** | **%.0f%%** |\n\n", median(bares), median(relays), 100*median(ratios))
+	fmt.Fprintf(w, "| **median** | **%.0f** | **%.0f** | **%.0f%%** |\n\n", benchkit.Median(bares), benchkit.Median(relays), 100*benchkit.Median(ratios))
 
 	peerNames := make([]string, 0, len(cfg.peerPIDs))
 	for _, p := range cfg.peerPIDs {
@@ -55,7 +56,7 @@ func report(w io.Writer, cfg config, results []result, loadBefore string) {
 			for _, p := range phases {
 				us, cores = append(us, p.perEvent(get(p))), append(cores, p.cores(get(p)))
 			}
-			return fmt.Sprintf("%.1f (%.2f)", median(us), median(cores))
+			return fmt.Sprintf("%.1f (%.2f)", benchkit.Median(us), benchkit.Median(cores))
 		}
 		fmt.Fprintf(w, "| %s | %s | %s", run, path, perEvent(func(p phase) time.Duration { return p.cpu }))
 		for _, name := range peerNames {
@@ -65,7 +66,7 @@ func report(w io.Writer, cfg config, results []result, loadBefore string) {
 		for _, p := range phases {
 			batches = append(batches, p.batch)
 		}
-		if b := median(batches); b > 0 {
+		if b := benchkit.Median(batches); b > 0 {
 			fmt.Fprintf(w, " | %.1f |\n", b)
 		} else {
 			fmt.Fprintln(w, " | – |")
@@ -88,7 +89,7 @@ func report(w io.Writer, cfg config, results []result, loadBefore string) {
 		fmt.Fprintln(w, "Bare: first publish to last ack. Relay: first publish to the moment the account log holds every event.")
 	}
 	fmt.Fprintln(w)
-	ratio, relay := median(ratios), median(relays)
+	ratio, relay := benchkit.Median(ratios), benchkit.Median(relays)
 	aim, ok := ratioAim(cfg.size)
 	if !ok {
 		fmt.Fprintf(w, "(The ingest aims are for events of 1, 16 and 64 KB; relay/bare here: %.0f%%.)\n", 100*ratio)
@@ -127,7 +128,7 @@ func summarize(cfg config, results []result) summary {
 	for _, r := range results {
 		s.Ratios = append(s.Ratios, r.relay.rate()/r.bare.rate())
 	}
-	s.Median = median(s.Ratios)
+	s.Median = benchkit.Median(s.Ratios)
 	return s
 }
 
@@ -153,18 +154,6 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "NOT met"
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // kernelRelease is what `uname -r` prints.

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/mercamap/relay/internal/benchkit"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -87,7 +88,7 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL string, key 
 			evs[i] = sizedEvent(name, key, len(warm)+k*r.events+i, r.size)
 		}
 		base = bus.count()
-		cpu0, bus0, rabbit0 := selfCPU(), procCPU(bus.pid()), procCPU(rabbitPID)
+		cpu0, bus0, rabbit0 := benchkit.SelfCPU(), procCPU(bus.pid()), procCPU(rabbitPID)
 		start := time.Now()
 		publishAt(ctx, pub, evs, r.rate)
 		if !waitCount(ctx, bus, base, len(evs), 120*time.Second) {
@@ -98,7 +99,7 @@ func barePipeline(ctx context.Context, r benchRun, idx int, amqpURL string, key 
 			}
 			return fail("%d of %d on the bus, then none for 120 s", bus.count()-base, len(evs))
 		}
-		res := &bareResult{loadCPU: selfCPU() - cpu0, busCPU: procCPU(bus.pid()) - bus0, rabbitCPU: procCPU(rabbitPID) - rabbit0}
+		res := &bareResult{loadCPU: benchkit.SelfCPU() - cpu0, busCPU: procCPU(bus.pid()) - bus0, rabbitCPU: procCPU(rabbitPID) - rabbit0}
 		var last time.Time
 		if res.lat, last, err = bus.latencies(evs, busARN); err != nil {
 			return fail("%v", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/benchkit"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
 )
@@ -200,7 +202,7 @@ func bareBusARN(idx int) string {
 	return fmt.Sprintf("arn:aws:events:us-east-1:111122223333:event-bus/bench-bare-%d-", idx)
 }
 
-func runBench(ctx context.Context, args []string) error {
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var e benchEnv
 	var redisURL, runsFlag, clusterURL, clusterRuns, baselineRuns, aimsOut string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -318,11 +320,11 @@ func runBench(ctx context.Context, args []string) error {
 
 	aims := aimsTable(append(judgeAims(results), apiAims(apiRes, results)...)) + issue17Line(results)
 	if aimsOut == "" {
-		fmt.Print(aims)
+		fmt.Fprint(stdout, aims)
 	} else if err := os.WriteFile(aimsOut, []byte(aims), 0o644); err != nil {
 		return err
 	}
-	fmt.Print(benchReport(results, load, loadAfter))
+	fmt.Fprint(stdout, benchReport(results, load, loadAfter))
 	return nil
 }
 
@@ -364,20 +366,64 @@ func (e *benchEnv) bareReps(ctx context.Context, r benchRun, idx int) []*bareRes
 // ingest row counts what the relay stored there.
 const benchLogKey = "relay:{acct_bench}:log"
 
+// benchRole is the role of row idx's destination i: one role per destination, one
+// trust policy per role.
+const benchRole = "arn:aws:iam::111122223333:role/bench-delivery-%d-%d"
+
 // benchOne runs row r on one `relay serve` (the baseline binary for a baseline row)
 // against rdb at redisURL; bares[k] is the bare path's repetition k, set beside the
-// relay's.
+// relay's. Its steps: a relay started on an empty Redis, warmed up, its idle cost
+// measured, then the timed repetitions.
 func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL string, rdb redis.UniversalClient, bares []*bareResult) (res benchResult) {
 	res.benchRun = r
 	if err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() }); err != nil {
 		res.err = err.Error()
 		return
 	}
-	// One role per destination: one trust policy per role. STS's budget per account is
-	// lifted (its default, 60 calls a minute, would take 100,000 destinations hours to
-	// start); the one per destination stays.
-	const role = "arn:aws:iam::111122223333:role/bench-delivery-%d-%d"
 	exchange := fmt.Sprintf("bench.%d.%d", idx, time.Now().Unix())
+	rep, t0, err := e.startBenchRelay(ctx, r, idx, exchange, redisURL, rdb)
+	if err != nil {
+		res.err = err.Error()
+		return
+	}
+	defer rep.kill(syscall.SIGTERM)
+	pub := &publisher{urls: []string{e.amqpURL}, exchange: exchange}
+	defer pub.close()
+	if res.err = e.warmUp(ctx, r, exchange, pub, rdb); res.err != "" {
+		return
+	}
+	res.startup = time.Since(t0)
+	res.rssIdle, _ = procStatus(rep.pid())
+	logf("%d destinations: warm after %s, RSS %d kB", r.dests, res.startup.Round(time.Millisecond), res.rssIdle)
+	if !r.ingestOnly() {
+		if res.err = e.idleCost(ctx, r, rep, rdb, &res); res.err != "" {
+			return
+		}
+	}
+	dupBase := e.bus.counts().Dups
+	if r.memoryRow() {
+		var err error
+		if res.memBefore, err = usedMemory(ctx, rdb); err != nil {
+			res.err = "INFO memory: " + err.Error()
+			return
+		}
+	}
+	if res.err = e.repeat(ctx, r, idx, exchange, rep, pub, rdb, bares, &res); res.err != "" {
+		return
+	}
+	res.dups = e.bus.counts().Dups - dupBase
+	res.rssEnd, res.hwm = procStatus(rep.pid())
+	if r.memoryRow() {
+		res.err = readMemory(ctx, &res, rdb)
+	}
+	return
+}
+
+// benchConfig is the config of row r's relay: its destinations on the bench's bus, each
+// with its own role. STS's budget per account is lifted (its default, 60 calls a
+// minute, would take 100,000 destinations hours to start); the one per destination
+// stays.
+func (e *benchEnv) benchConfig(r benchRun, idx int, exchange, redisURL string) string {
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `identity:
   name: mercamap
@@ -400,21 +446,26 @@ destinations:
 	if r.ingestOnly() {
 		cfg.WriteString("  []\n")
 	}
-	buses := make([]string, r.dests)
 	for i := range r.dests {
-		buses[i] = fmt.Sprintf("%s%d", relayBusPrefix(idx), i)
-		fmt.Fprintf(&cfg, "  - {id: d%d, account: acct_bench, connector: eventbridge, bus_arn: %q, role_arn: %q}\n", i, buses[i], fmt.Sprintf(role, idx, i))
+		bus := fmt.Sprintf("%s%d", relayBusPrefix(idx), i)
+		fmt.Fprintf(&cfg, "  - {id: d%d, account: acct_bench, connector: eventbridge, bus_arn: %q, role_arn: %q}\n", i, bus, fmt.Sprintf(benchRole, idx, i))
 	}
+	return cfg.String()
+}
+
+// startBenchRelay writes row r's config, has the customer's side trust each
+// destination's ExternalId, and starts the relay, returned once it consumes with the
+// time it was started (the row's startup counts from then).
+func (e *benchEnv) startBenchRelay(ctx context.Context, r benchRun, idx int, exchange, redisURL string, rdb redis.UniversalClient) (*replica, time.Time, error) {
 	cfgPath := filepath.Join(e.stateDir, fmt.Sprintf("relay.bench.%d.yaml", idx))
-	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
-		res.err = err.Error()
-		return
+	if err := os.WriteFile(cfgPath, []byte(e.benchConfig(r, idx, exchange, redisURL)), 0o600); err != nil {
+		return nil, time.Time{}, err
 	}
 	// The customer's side: each role trusts its destination's ExternalId, read from Redis
 	// when the role is assumed (the relay stores it at startup), so the first setup check
 	// passes.
 	for i := range r.dests {
-		e.trustStored(ctx, rdb, fmt.Sprintf(role, idx, i), fmt.Sprintf("relay:{acct_bench}:dest:d%d", i))
+		e.trustStored(ctx, rdb, fmt.Sprintf(benchRole, idx, i), fmt.Sprintf("relay:{acct_bench}:dest:d%d", i))
 	}
 	bin := e.relayBin
 	if r.baseline != "" {
@@ -423,87 +474,82 @@ destinations:
 	rep := &replica{name: fmt.Sprintf("bench-%d", idx), bin: bin, config: cfgPath, logDir: e.stateDir,
 		env: []string{"BENCH_HMAC_KEY=" + hex.EncodeToString(e.key), "AWS_ACCESS_KEY_ID=AKIDBENCH",
 			"AWS_SECRET_ACCESS_KEY=bench-not-a-secret", "AWS_EC2_METADATA_DISABLED=true"}}
-	t0 := time.Now()
+	started := time.Now()
 	if err := rep.start(); err != nil {
-		res.err = err.Error()
-		return
+		return nil, time.Time{}, err
 	}
-	defer rep.kill(syscall.SIGTERM)
 	if err := waitLog(ctx, []*replica{rep}, e.stateDir, `"msg":"consuming"`, 300*time.Second); err != nil {
-		res.err = err.Error()
-		return
+		rep.kill(syscall.SIGTERM)
+		return nil, time.Time{}, err
 	}
-	pub := &publisher{urls: []string{e.amqpURL}, exchange: exchange}
-	defer pub.close()
-	// Warm-up: one event, until every destination has it (leases taken, sessions
-	// assumed); the ingest row: until the log holds it.
+	return rep, started, nil
+}
+
+// warmUp publishes one event and waits until every destination has it (leases taken,
+// sessions assumed); the ingest row: until the log holds it. It returns what failed,
+// "" for nothing.
+func (e *benchEnv) warmUp(ctx context.Context, r benchRun, exchange string, pub *publisher, rdb redis.UniversalClient) string {
 	warm := sizedEvent(exchange, e.key, 0, r.size)
 	pub.send(ctx, []*event{warm})
 	if r.ingestOnly() {
 		if !waitLogLen(ctx, rdb, 1, time.Minute) {
-			res.err = "warm-up: the account's log did not get the first event within a minute"
-			return
+			return "warm-up: the account's log did not get the first event within a minute"
 		}
-	} else {
-		base := e.bus.count()
-		if !waitCount(ctx, e.bus, base, r.dests, 300*time.Second) {
-			res.err = fmt.Sprintf("warm-up: %d of %d destinations got the first event, then none for 300 s", e.bus.count()-base, r.dests)
-			return
-		}
+		return ""
 	}
-	res.startup = time.Since(t0)
-	res.rssIdle, _ = procStatus(rep.pid())
-	logf("%d destinations: warm after %s, RSS %d kB", r.dests, res.startup.Round(time.Millisecond), res.rssIdle)
+	base := e.bus.count()
+	if !waitCount(ctx, e.bus, base, r.dests, 300*time.Second) {
+		return fmt.Sprintf("warm-up: %d of %d destinations got the first event, then none for 300 s", e.bus.count()-base, r.dests)
+	}
+	return ""
+}
 
-	// What the destinations cost Redis and the relay with nothing to deliver (leases
-	// renewed, logs watched): a window before the load, a second after the warm-up
-	// (what the warm-up's deliveries left to commit is committed by then).
-	if !r.ingestOnly() {
-		idleFor := e.idleFor
-		if r.dests == aimIdleDests || r.dests == aimManyDests {
-			idleFor = e.idleLeased
-		}
-		sleepUntil(ctx, time.Now().Add(time.Second))
-		idle0, err := redisCPU(ctx, rdb)
-		if err != nil {
-			res.err = "INFO cpu: " + err.Error()
-			return
-		}
-		relay0 := procCPU(rep.pid())
-		idleStart := time.Now()
-		sleepUntil(ctx, idleStart.Add(idleFor))
-		idle1, err := redisCPU(ctx, rdb)
-		if err != nil {
-			res.err = "INFO cpu: " + err.Error()
-			return
-		}
-		res.idleRelayCPU = procCPU(rep.pid()) - relay0
-		res.idleFor = time.Since(idleStart)
-		for _, addr := range slices.Sorted(maps.Keys(idle1)) {
-			res.idleCPU = append(res.idleCPU, masterCPU{addr, idle1[addr] - idle0[addr]})
-		}
+// idleCost measures what the destinations cost Redis and the relay with nothing to
+// deliver (leases renewed, logs watched): a window before the load, a second after the
+// warm-up (what the warm-up's deliveries left to commit is committed by then). It
+// returns what failed, "" for nothing.
+func (e *benchEnv) idleCost(ctx context.Context, r benchRun, rep *replica, rdb redis.UniversalClient, res *benchResult) string {
+	idleFor := e.idleFor
+	if r.dests == aimIdleDests || r.dests == aimManyDests {
+		idleFor = e.idleLeased
 	}
-	dupBase := e.bus.counts().Dups
-	if r.memoryRow() {
-		var err error
-		if res.memBefore, err = usedMemory(ctx, rdb); err != nil {
-			res.err = "INFO memory: " + err.Error()
-			return
-		}
+	sleepUntil(ctx, time.Now().Add(time.Second))
+	idle0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return "INFO cpu: " + err.Error()
 	}
+	relay0 := procCPU(rep.pid())
+	idleStart := time.Now()
+	sleepUntil(ctx, idleStart.Add(idleFor))
+	idle1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return "INFO cpu: " + err.Error()
+	}
+	res.idleRelayCPU = procCPU(rep.pid()) - relay0
+	res.idleFor = time.Since(idleStart)
+	for _, addr := range slices.Sorted(maps.Keys(idle1)) {
+		res.idleCPU = append(res.idleCPU, masterCPU{addr, idle1[addr] - idle0[addr]})
+	}
+	return ""
+}
+
+// repeat runs row r's timed repetitions into res.reps, each beside the bare path's
+// (bares[k]). It returns what failed, "" for nothing.
+func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange string, rep *replica, pub *publisher, rdb redis.UniversalClient, bares []*bareResult, res *benchResult) string {
 	for k := range r.repeats {
 		evs := make([]*event, r.events)
 		for i := range evs {
 			evs[i] = sizedEvent(exchange, e.key, k*r.events+i+1, r.size)
 		}
 		var one repResult
+		var failed string
 		if r.ingestOnly() {
-			one, res.err = e.timedIngest(ctx, r, k, rep.pid(), pub, rdb, evs)
+			one, failed = e.timedIngest(ctx, r, k, rep.pid(), pub, rdb, evs)
 		} else {
-			one, res.err = e.timed(ctx, r, idx, rep.pid(), pub, rdb, evs)
+			one, failed = e.timed(ctx, r, idx, rep.pid(), pub, rdb, evs)
 		}
-		if res.err != "" {
-			return
+		if failed != "" {
+			return failed
 		}
 		if k < len(bares) {
 			one.bare = bares[k]
@@ -512,12 +558,7 @@ destinations:
 		logf("%s%d destinations × %d events of %d B (%d of %d): %.0f/s, p50 %s p99 %s, %d AssumeRole calls", baselineNote(r), r.dests, r.events, r.size,
 			k+1, r.repeats, one.perSec, one.lat.at(0.5), one.lat.at(0.99), one.assumeCalls)
 	}
-	res.dups = e.bus.counts().Dups - dupBase
-	res.rssEnd, res.hwm = procStatus(rep.pid())
-	if r.memoryRow() {
-		res.err = readMemory(ctx, &res, rdb)
-	}
-	return
+	return ""
 }
 
 // readMemory reads, after a memory row's repetitions, used_memory once its destinations
@@ -668,7 +709,7 @@ type spans struct {
 }
 
 func (e *benchEnv) readSpans(ctx context.Context, rdb redis.UniversalClient, relayPID int) (spans, error) {
-	s := spans{relay: procCPU(relayPID), load: selfCPU(), bus: procCPU(e.bus.pid()), rabbit: procCPU(e.rabbitPID)}
+	s := spans{relay: procCPU(relayPID), load: benchkit.SelfCPU(), bus: procCPU(e.bus.pid()), rabbit: procCPU(e.rabbitPID)}
 	var err error
 	s.redis, err = redisCPU(ctx, rdb)
 	return s, err
@@ -935,4 +976,10 @@ func (e *benchEnv) trustStored(ctx context.Context, rdb redis.UniversalClient, r
 		}
 		return ext
 	})
+}
+
+// procCPU is process pid's CPU time so far (benchkit.ProcCPU); 0 when it cannot be read.
+func procCPU(pid int) time.Duration {
+	d, _ := benchkit.ProcCPU(pid)
+	return d
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/mercamap/relay/internal/benchkit"
 )
 
 // The aims of issue 23, judged by judgeAims.
@@ -160,7 +162,7 @@ func judgeAims(results []benchResult) []aim {
 			added = append(added, rep.lat.at(0.99)-rep.bare.lat.at(0.99))
 		}
 		if len(added) > 0 {
-			m := medianDuration(added)
+			m := benchkit.Median(added)
 			lat.figure = fmt.Sprintf("%s (runs %s)", round(m), durations(added))
 			lat.state = judge(m <= aimAddedP99)
 		} else {
@@ -186,9 +188,9 @@ func judgeAims(results []benchResult) []aim {
 	server, okServer := findRow(results, aimRow(aimClusterDests))
 	clustered, okCluster := findClusterRow(results, aimRow(aimClusterDests))
 	if okServer && okCluster {
-		a, b := medianFloat(clustered.perSecs()), medianFloat(server.perSecs())
+		a, b := benchkit.Median(clustered.perSecs()), benchkit.Median(server.perSecs())
 		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s; each / its bare fan-out: %s against %s)", pct(a/b), a, b,
-			pct(medianFloat(clustered.ratios())), pct(medianFloat(server.ratios())))
+			pct(benchkit.Median(clustered.ratios())), pct(benchkit.Median(server.ratios())))
 		cl.state = judge(b > 0 && a >= aimCluster*b)
 	}
 	aims = append(aims, cl)
@@ -291,7 +293,7 @@ func (r benchResult) dedupPerEvent() float64 {
 
 // memPerEvent is the ingest row's used_memory growth per stored event, median of the
 // repetitions, in bytes; memPerEventRuns gives each repetition's.
-func (r benchResult) memPerEvent() float64 { return medianFloat(r.memPerEvents()) }
+func (r benchResult) memPerEvent() float64 { return benchkit.Median(r.memPerEvents()) }
 
 func (r benchResult) memPerEvents() []float64 {
 	var b []float64
@@ -384,7 +386,7 @@ func (r benchResult) redisPerEvent() float64 {
 	for _, rep := range r.reps {
 		us = append(us, float64(rep.redisTotal().Microseconds())/float64(r.events))
 	}
-	return medianFloat(us)
+	return benchkit.Median(us)
 }
 
 // redisPerDeliveryNet is Redis CPU per delivery with ingest's share taken out: each
@@ -395,7 +397,7 @@ func (r benchResult) redisPerDeliveryNet(perEvent float64) float64 {
 	for _, rep := range r.reps {
 		us = append(us, (float64(rep.redisTotal().Microseconds())-perEvent*float64(r.events))/float64(r.deliveries()))
 	}
-	return medianFloat(us)
+	return benchkit.Median(us)
 }
 
 // barePerDelivery is the median over the bare path's repetitions of get per delivery,
@@ -407,7 +409,7 @@ func (r benchResult) barePerDelivery(get func(*bareResult) time.Duration) (float
 			us = append(us, float64(get(rep.bare).Microseconds())/float64(r.deliveries()))
 		}
 	}
-	return medianFloat(us), len(us) > 0
+	return benchkit.Median(us), len(us) > 0
 }
 
 // idleRedisShare and idleRelayShare are the idle window's CPU as a share of one core:
@@ -439,8 +441,8 @@ func ratioAim(r benchResult, target float64) (string, aimState) {
 	if len(ratios) == 0 {
 		return "the bare path failed", unmeasured
 	}
-	m := medianFloat(ratios)
-	return fmt.Sprintf("%s (runs %s; %.0f against %.0f/s)", pct(m), pcts(ratios), medianFloat(r.perSecs()), medianFloat(r.barePerSecs())), judge(m >= target)
+	m := benchkit.Median(ratios)
+	return fmt.Sprintf("%s (runs %s; %.0f against %.0f/s)", pct(m), pcts(ratios), benchkit.Median(r.perSecs()), benchkit.Median(r.barePerSecs())), judge(m >= target)
 }
 
 // ratios are relay / bare path for each repetition whose bare path ran.
@@ -481,7 +483,7 @@ func (r benchResult) perDelivery(get func(repResult) time.Duration) float64 {
 	for _, rep := range r.reps {
 		us = append(us, float64(get(rep).Microseconds())/float64(r.deliveries()))
 	}
-	return medianFloat(us)
+	return benchkit.Median(us)
 }
 
 func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repResult.redisTotal) }
@@ -519,10 +521,10 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 		}
 		bareRate, ratio, barePct, added, lat := "–", "–", "–", "–", "–"
 		if bare := r.barePerSecs(); len(bare) > 0 {
-			bareRate = fmt.Sprintf("%.0f", medianFloat(bare))
+			bareRate = fmt.Sprintf("%.0f", benchkit.Median(bare))
 		}
 		if ratios := r.ratios(); len(ratios) > 0 {
-			ratio = pct(medianFloat(ratios))
+			ratio = pct(benchkit.Median(ratios))
 			if len(ratios) > 1 {
 				ratio += " (" + pcts(ratios) + ")"
 			}
@@ -540,7 +542,7 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 		if !r.ingestOnly() {
 			lat = fmt.Sprintf("%s / %s / %s", round(r.lat(0.5)), round(r.lat(0.99)), round(r.lat(1)))
 		}
-		rate := fmt.Sprintf("%.0f", medianFloat(r.perSecs()))
+		rate := fmt.Sprintf("%.0f", benchkit.Median(r.perSecs()))
 		if r.err != "" {
 			rate += " (then failed: " + r.err + ")"
 		}
@@ -570,7 +572,7 @@ func (r benchResult) lat(q float64) time.Duration {
 	if q == 1 {
 		return slices.Max(append(ds, 0))
 	}
-	return medianDuration(ds)
+	return benchkit.Median(ds)
 }
 
 func (r benchResult) bareLat(q float64) time.Duration {
@@ -580,7 +582,7 @@ func (r benchResult) bareLat(q float64) time.Duration {
 			ds = append(ds, rep.bare.lat.at(q))
 		}
 	}
-	return medianDuration(ds)
+	return benchkit.Median(ds)
 }
 
 func (r benchResult) addedLat(q float64) time.Duration {
@@ -590,7 +592,7 @@ func (r benchResult) addedLat(q float64) time.Duration {
 			ds = append(ds, rep.lat.at(q)-rep.bare.lat.at(q))
 		}
 	}
-	return medianDuration(ds)
+	return benchkit.Median(ds)
 }
 
 // cpuReport is what each delivery cost each process, relay beside its bare path.
@@ -719,30 +721,6 @@ func redisCPUReport(b *strings.Builder, results []benchResult) {
 	fmt.Fprintln(b)
 	fmt.Fprintln(b, "The bench's destinations are one account's, so one slot's: on the cluster one master does that account's work and the others idle; accounts spread over the masters by slot.")
 	fmt.Fprintln(b)
-}
-
-func medianFloat(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func medianDuration(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }

@@ -153,7 +153,7 @@ func (s *busStamps) stamps(q stampQuery) map[string][]int64 {
 
 // runBus serves the stamped EventBridge on 127.0.0.1 and prints its URL on stdout,
 // until SIGTERM or its parent dies (Pdeathsig).
-func runBus(ctx context.Context, args []string) error {
+func runBus(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bus", flag.ContinueOnError)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -167,7 +167,7 @@ func runBus(ctx context.Context, args []string) error {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	fmt.Printf("http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "http://%s\n", ln.Addr())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

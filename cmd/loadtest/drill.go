@@ -4,22 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -68,395 +62,41 @@ type drillFlags struct {
 	amqpURLs, redisNodes        []string // every node, for the replicas' config
 }
 
-func runDrill(ctx context.Context, args []string) error {
-	var f drillFlags
-	fs := flag.NewFlagSet("drill", flag.ContinueOnError)
-	fs.StringVar(&f.relayBin, "relay", "", "relay binary")
-	fs.StringVar(&f.stateDir, "state", "", "directory for the config and the replicas' logs")
-	fs.StringVar(&f.hook, "hook", "", "program run as HOOK restart-rabbit / HOOK restart-redis")
-	fs.StringVar(&f.amqpURL, "amqp", "", "broker URL (127.0.0.1)")
-	fs.StringVar(&f.redisURL, "redis", "", "Redis URL (127.0.0.1)")
-	fs.StringVar(&f.sts, "sts", "", "sandbox STS endpoint")
-	fs.StringVar(&f.events, "events", "", "sandbox EventBridge endpoint")
-	fs.StringVar(&f.kinesis, "kinesis", "", "sandbox Kinesis front endpoint")
-	fs.StringVar(&f.pubsub, "pubsub", "", "sandbox Pub/Sub host:port")
-	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox admin API URL")
-	fs.IntVar(&f.rate, "rate", 200, "events published per second")
-	fs.DurationVar(&f.duration, "duration", 90*time.Second, "how long the load runs")
-	fs.DurationVar(&f.killEvery, "kill-every", 5*time.Second, "SIGKILL a replica this often (alternating)")
-	fs.DurationVar(&f.restartAfter, "restart-after", time.Second, "a killed replica is started again after this")
-	fs.DurationVar(&f.rabbitAt, "rabbit-at", 15*time.Second, "restart RabbitMQ at this point of the load (0: never)")
-	fs.DurationVar(&f.redisAt, "redis-at", 35*time.Second, "SIGKILL and restart Redis at this point of the load (0: never)")
-	fs.DurationVar(&f.throttleAt, "throttle-at", 5*time.Second, "EventBridge starts throttling half the writes at this point of the load")
-	fs.DurationVar(&f.throttleFor, "throttle-for", 60*time.Second, "how long EventBridge throttles (0: never)")
-	// A write only times out (30 s) in a replica that lives that long: with a kill every
-	// 5 s, only the replica holding the stream after the last kill (t+85s) does, so the
-	// stall must last until more than 30 s after it (it ends at t+130s).
-	fs.DurationVar(&f.stallAt, "stall-at", 75*time.Second, "the network path to Kinesis stops answering at this point of the load")
-	fs.DurationVar(&f.stallFor, "stall-for", 55*time.Second, "how long the path to Kinesis stalls, longer than the relay's 30 s write timeout (0: never)")
-	fs.DurationVar(&f.ingestTimeout, "ingest-timeout", 120*time.Second, "wait this long for the log to hold every confirmed event")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", 180*time.Second, "wait this long for every destination to catch up")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", 2*time.Second, "delivery.lease_ttl of the replicas")
-	fs.StringVar(&f.clusterDir, "cluster", "", "start a Redis Cluster (3 masters + 3 replicas) and a 3-node RabbitMQ cluster under this directory and drill on them "+
-		"(-amqp, -redis and -hook unused): at -rabbit-at SIGKILL the node leading the relay's queue, at -redis-at SIGKILL the master of the account's slot")
-	fs.DurationVar(&f.redisBackAfter, "redis-back-after", 10*time.Second, "with -cluster: start the killed Redis master again (as a replica) after this")
-	fs.DurationVar(&f.rabbitAfter, "rabbit-back-after", 15*time.Second, "with -cluster: start the killed RabbitMQ node again after this")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if f.clusterDir != "" {
-		t0 := time.Now()
-		logf("starting a Redis Cluster (3+3) and a 3-node RabbitMQ cluster under %s", f.clusterDir)
-		peers, err := startClusterPeers(f.clusterDir)
-		if err != nil {
-			return err
-		}
-		defer peers.close()
-		f.peers = peers
-		f.amqpURLs = peers.rabbit.URLs()
-		f.amqpURL = f.amqpURLs[0]
-		f.redisNodes = peers.redis.Addrs()
-		f.redisURL = peers.redis.URL()
-		logf("clusters ready after %.1f s: Redis %v, RabbitMQ %v", time.Since(t0).Seconds(), f.redisNodes, f.amqpURLs)
-	} else {
-		f.amqpURLs = []string{f.amqpURL}
-	}
-	for name, u := range map[string]string{"amqp": f.amqpURL, "redis": f.redisURL, "sts": f.sts, "events": f.events,
-		"kinesis": f.kinesis, "sandbox": f.sandbox, "pubsub": "http://" + f.pubsub} {
-		if err := loopback(name, u); err != nil {
-			return err
-		}
-	}
-	key := make([]byte, 32)
-	for i := range key {
-		key[i] = byte(i*7 + 1)
-	}
-	keyHex := hex.EncodeToString(key)
-	const exchange = "fetcher.job.events"
-	var err error
-
-	// The sink faults: proxies of our own between the relays and the sandbox, only when
-	// their window is on (otherwise the relays talk to the sandbox directly).
-	eventsURL, kinesisURL := f.events, f.kinesis
-	var throttle *throttleProxy
-	if f.throttleFor > 0 {
-		if throttle, err = startThrottleProxy(f.events); err != nil {
-			return err
-		}
-		defer throttle.close()
-		eventsURL = throttle.URL
-		logf("EventBridge through the throttle proxy %s → %s", throttle.URL, f.events)
-	}
-	var stall *stallProxy
-	if f.stallFor > 0 {
-		u, _ := url.Parse(f.kinesis)
-		if stall, err = startStallProxy(u.Host); err != nil {
-			return err
-		}
-		defer stall.close()
-		kinesisURL = "http://" + stall.Addr
-		logf("Kinesis through the stall proxy %s", stall)
-	}
-
-	cfgPath := filepath.Join(f.stateDir, "relay.drill.yaml")
-	if err := os.WriteFile(cfgPath, []byte(drillConfig(f, exchange, eventsURL, kinesisURL)), 0o600); err != nil {
-		return err
-	}
-	env := []string{"DRILL_HMAC_KEY=" + keyHex, "AWS_ACCESS_KEY_ID=AKIDDRILL", "AWS_SECRET_ACCESS_KEY=drill-not-a-secret",
-		"AWS_EC2_METADATA_DISABLED=true"}
-	reps := []*replica{
-		{name: "relay-a", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env, debug: true},
-		{name: "relay-b", bin: f.relayBin, config: cfgPath, logDir: f.stateDir, env: env, debug: true},
-	}
-	for _, r := range reps {
-		if err := r.start(); err != nil {
-			return err
-		}
-	}
-	defer func() {
-		for _, r := range reps {
-			if r.running() {
-				r.kill(syscall.SIGTERM)
-			}
-		}
-	}()
-
-	st, err := store.Open(f.redisURL)
+// runDrill runs the fault drill and writes its report to stdout.
+func runDrill(ctx context.Context, args []string, stdout io.Writer) error {
+	f, err := parseDrillFlags(args)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-
-	// The customer's side: trust each AWS destination's ExternalId (from Redis: the
-	// replicas listen on port 0, so the cards are read where the API reads them).
-	for _, d := range []struct{ id, role string }{{"drill-bus", roleBus}, {"drill-stream", roleStream}} {
-		var ext string
-		deadline := time.Now().Add(30 * time.Second)
-		for ext == "" {
-			s, err := st.LoadState(ctx, store.Ref{Account: drillAccount, ID: d.id})
-			if err == nil {
-				ext = s.ExternalID
-			}
-			if ext == "" {
-				if time.Now().After(deadline) {
-					return fmt.Errorf("no ExternalId for %s in Redis after 30 s (logs in %s)", d.id, f.stateDir)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-		}
-		if err := postJSON(f.sandbox+"/trust", map[string]string{"role_arn": d.role, "external_id": ext}); err != nil {
-			return err
-		}
-		logf("%s: %s trusts ExternalId %s", d.id, d.role, ext)
+	d := &drill{f: f, key: make([]byte, 32)}
+	defer d.close()
+	for i := range d.key {
+		d.key[i] = byte(i*7 + 1)
 	}
-	if err := waitLog(ctx, reps, f.stateDir, `"msg":"consuming"`, 30*time.Second); err != nil {
+	if err := d.startPeers(); err != nil {
 		return err
 	}
-
-	// Supervise: a replica that ends by itself is started again (and reported).
-	var paused sync.Map // replica name → true while we restart it ourselves
+	eventsURL, kinesisURL, err := d.startProxies()
+	if err != nil {
+		return err
+	}
+	if err := d.startReplicas(ctx, eventsURL, kinesisURL); err != nil {
+		return err
+	}
 	superCtx, stopSuper := context.WithCancel(ctx)
 	defer stopSuper()
-	go func() {
-		for superCtx.Err() == nil {
-			for _, r := range reps {
-				if _, p := paused.Load(r.name); !p && !r.running() {
-					logf("%s ended by itself; starting it again", r.name)
-					_ = r.start()
-				}
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	}()
+	go d.supervise(superCtx)
 
-	// Faults, on a schedule from the start of the load.
-	var faultLog []string
-	var faultMu sync.Mutex
-	note := func(format string, args ...any) {
-		s := fmt.Sprintf(format, args...)
-		faultMu.Lock()
-		faultLog = append(faultLog, s)
-		faultMu.Unlock()
-		logf("%s", s)
-	}
-	start := time.Now()
-	at := func(d time.Duration) string { return fmt.Sprintf("t+%4.1fs", time.Since(start).Seconds()) }
-	var faults sync.WaitGroup
-	loadCtx, stopLoad := context.WithTimeout(ctx, f.duration)
+	d.start = time.Now()
+	loadCtx, stopLoad := context.WithTimeout(ctx, d.f.duration)
 	defer stopLoad()
-	faults.Add(1)
-	go func() {
-		defer faults.Done()
-		n := 0
-		for t := f.killEvery; t < f.duration; t += f.killEvery {
-			if !sleepUntil(loadCtx, start.Add(t)) {
-				return
-			}
-			r := reps[n%2]
-			n++
-			paused.Store(r.name, true)
-			pid := r.pid()
-			r.kill(syscall.SIGKILL)
-			note("%s SIGKILL %s (pid %d)", at(0), r.name, pid)
-			time.Sleep(f.restartAfter)
-			if err := r.start(); err != nil {
-				note("%s restart %s failed: %v", at(0), r.name, err)
-			} else {
-				note("%s restarted %s (pid %d)", at(0), r.name, r.pid())
-			}
-			paused.Delete(r.name)
-		}
-	}()
-	fault := func(when time.Duration, what string, run func() error) {
-		if when <= 0 {
-			return
-		}
-		faults.Add(1)
-		go func() {
-			defer faults.Done()
-			if !sleepUntil(loadCtx, start.Add(when)) {
-				return
-			}
-			note("%s %s: begin", at(0), what)
-			if err := run(); err != nil {
-				note("%s %s: FAILED: %v", at(0), what, err)
-				return
-			}
-			note("%s %s: done", at(0), what)
-		}()
-	}
-	hook := func(what string) func() error {
-		return func() error {
-			cmd := exec.Command(f.hook, what)
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			return cmd.Run()
-		}
-	}
-	switch {
-	case f.peers != nil:
-		timed := func(format string, args ...any) { note("%s "+format, append([]any{at(0)}, args...)...) }
-		fault(f.rabbitAt, "kill-rabbit-leader", func() error {
-			return f.peers.killRabbitLeader(drillQueue, f.rabbitAfter, timed)
-		})
-		fault(f.redisAt, "kill-redis-master", func() error {
-			return f.peers.killRedisMaster("{"+drillAccount+"}", f.redisBackAfter, timed)
-		})
-	case f.hook != "":
-		fault(f.rabbitAt, "restart-rabbit", hook("restart-rabbit"))
-		fault(f.redisAt, "restart-redis", hook("restart-redis"))
-	}
-	// A sink fault runs its whole window, past the end of the load if need be: the drain
-	// must not start with the fault still on.
-	window := func(from, length time.Duration, what string, begin func(), end func() string) {
-		if length <= 0 {
-			return
-		}
-		faults.Add(1)
-		go func() {
-			defer faults.Done()
-			if !sleepUntil(loadCtx, start.Add(from)) {
-				return
-			}
-			begin()
-			note("%s %s: begin", at(0), what)
-			sleepUntil(ctx, start.Add(from+length))
-			note("%s %s: end (%s)", at(0), what, end())
-		}()
-	}
-	if throttle != nil {
-		window(f.throttleAt, f.throttleFor, "EventBridge throttle (every second PutEvents answered ThrottlingException)",
-			throttle.begin, func() string {
-				throttle.end()
-				seen, n := throttle.counts()
-				return fmt.Sprintf("%d of %d PutEvents in the window throttled", n, seen)
-			})
-	}
-	if stall != nil {
-		window(f.stallAt, f.stallFor, "Kinesis stall (the proxy moves no bytes, serves no new connection)",
-			stall.begin, func() string {
-				stall.end()
-				open, accepted := stall.counts()
-				return fmt.Sprintf("%d connections held and reset: %d open at the start, %d accepted during it", open+accepted, open, accepted)
-			})
-	}
+	d.scheduleFaults(ctx, loadCtx)
+	d.load(ctx, loadCtx)
 
-	// The load: f.rate events/s, one in ten job.failed, each resent until confirmed.
-	pub := &publisher{urls: f.amqpURLs, exchange: exchange}
-	var evs []*event
-	giveUp, cancelGiveUp := context.WithTimeout(ctx, f.duration+90*time.Second)
-	defer cancelGiveUp()
-	tick := time.NewTicker(50 * time.Millisecond)
-	for loadCtx.Err() == nil {
-		due := int(time.Since(start).Seconds()*float64(f.rate)) - len(evs)
-		if due > 0 {
-			batch := make([]*event, 0, due)
-			for range min(due, 500) {
-				status := "completed"
-				if len(evs)%10 == 9 {
-					status = "failed"
-				}
-				e := newEvent(exchange, key, len(evs), status)
-				evs = append(evs, e)
-				batch = append(batch, e)
-			}
-			pub.send(giveUp, batch)
-		}
-		select {
-		case <-loadCtx.Done():
-		case <-tick.C:
-		}
-	}
-	tick.Stop()
-	loadSecs := time.Since(start).Seconds()
-	// Anything the last batches left unconfirmed (the broker was down at the end) gets
-	// its chance until the give-up deadline.
-	pub.send(giveUp, evs)
-	pub.close()
-	faults.Wait()
-	confirmed := 0
-	for _, e := range evs {
-		if e.confirmed {
-			confirmed++
-		}
-	}
-	logf("load over after %.1f s: %d events published, %d confirmed, %d resends, %d reconnects",
-		loadSecs, len(evs), confirmed, pub.resends, pub.reconnects)
-
-	// Ingest: every confirmed event must reach the account log.
-	var log []store.LogEntry
-	deadline := time.Now().Add(f.ingestTimeout)
-	for {
-		log, err = readLog(ctx, st)
-		if err == nil {
-			inLog := map[string]bool{}
-			for _, le := range log {
-				inLog[le.EventID] = true
-			}
-			missing := 0
-			for _, e := range evs {
-				if e.confirmed && !inLog[e.id] {
-					missing++
-				}
-			}
-			if missing == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				logf("after %s the log still lacks %d confirmed events", f.ingestTimeout, missing)
-				break
-			}
-		}
-		time.Sleep(time.Second)
-	}
-	logf("account log holds %d entries", len(log))
-
-	// Delivery: wait until each destination has every matching log entry, or no progress.
-	var arr map[string][]string
-	deadline = time.Now().Add(f.drainTimeout)
-	for {
-		arr, err = fetchArrived(ctx, f.sandbox)
-		if err == nil {
-			done := true
-			for _, d := range drillDests {
-				if len(missingOf(d, log, arr[d.id])) > 0 {
-					done = false
-				}
-			}
-			if done {
-				break
-			}
-		} else {
-			logf("read /arrived: %v", err)
-		}
-		if time.Now().After(deadline) {
-			logf("after %s some destinations have not caught up", f.drainTimeout)
-			break
-		}
-		time.Sleep(3 * time.Second)
-	}
+	d.waitIngested(ctx)  // every confirmed event must reach the account log
+	d.waitDelivered(ctx) // each destination must have every matching log entry
 	stopSuper()
-
-	// How each destination ended: a throttle or a stall is not taken, so none may be disabled.
-	status := map[string]string{}
-	for _, d := range drillDests {
-		s, err := st.LoadState(ctx, store.Ref{Account: drillAccount, ID: d.id})
-		if err != nil {
-			status[d.id] = "unreadable: " + err.Error()
-			continue
-		}
-		status[d.id] = s.Status
-		if s.Disabled != nil {
-			status[d.id] += " (" + s.Disabled.Reason + ")"
-		}
-	}
-	sf := sinkFaults{attempts: scanAttempts(f.stateDir)}
-	if throttle != nil {
-		sf.putEventsInWindow, sf.throttled = throttle.counts()
-	}
-	if stall != nil {
-		sf.stalledOpen, sf.stalledNew = stall.counts()
-	}
-	return drillReport(os.Stdout, f, evs, log, arr, reps, faultLog, loadSecs, pub, status, sf)
+	return d.report(ctx, stdout)
 }
 
 // sinkFaults is what the sink proxies counted, and the delivery attempts the replicas logged.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/benchkit"
 )
 
 // fanOutConns caps the bare fan-out's connections to the bus and its writes in flight:
@@ -89,12 +88,12 @@ func newFanOut(ctx context.Context, r benchRun, idx int, stsURL string, stsH *aw
 // nothing else works in it meanwhile) and of the bus process.
 func (f *fanOut) run(ctx context.Context, evs []*event, bus *remoteBus) *bareResult {
 	base := bus.count()
-	cpu0, bus0 := selfCPU(), procCPU(bus.pid())
+	cpu0, bus0 := benchkit.SelfCPU(), procCPU(bus.pid())
 	start := time.Now()
 	if _, err := f.write(ctx, evs, bus, base); err != nil {
 		return &bareResult{err: err.Error()}
 	}
-	res := &bareResult{loadCPU: selfCPU() - cpu0, busCPU: procCPU(bus.pid()) - bus0}
+	res := &bareResult{loadCPU: benchkit.SelfCPU() - cpu0, busCPU: procCPU(bus.pid()) - bus0}
 	_, last, err := bus.latencies(evs, f.prefix)
 	if err != nil {
 		return &bareResult{err: err.Error()}
@@ -164,43 +163,4 @@ func writers(ctx context.Context, n int, fn func(w, i int) error) error {
 		first = ctx.Err()
 	}
 	return first
-}
-
-// selfCPU is this process's CPU time so far, user + system.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// clockTick is USER_HZ, the unit of /proc/PID/stat times: 100 on every Linux Go runs on.
-const clockTick = 10 * time.Millisecond
-
-// procCPU is the CPU time (utime + stime, every thread) of process pid so far, from
-// /proc/PID/stat; 0 when it cannot be read.
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return 0
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces: count the fields after its closing ')'.
-	s := string(data)
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == ')' {
-			s = s[i+1:]
-			break
-		}
-	}
-	var state string
-	var skip [10]int64
-	var utime, stime int64
-	if _, err := fmt.Sscan(s, &state, &skip[0], &skip[1], &skip[2], &skip[3], &skip[4], &skip[5], &skip[6], &skip[7], &skip[8], &skip[9], &utime, &stime); err != nil {
-		return 0
-	}
-	return time.Duration(utime+stime) * clockTick
 }

@@ -21,23 +21,11 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
-// eventually polls f until it returns nil or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, limit, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// eventually is the shared wait for a call that must come to succeed (waittest).
+var eventually = waittest.NoError
 
 func TestThrottleProxyAnswersEverySecondPutEventsWithThrottlingWhileInItsWindow(t *testing.T) {
 	var upstream atomic.Int64

@@ -9,7 +9,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/signal"
@@ -20,27 +22,42 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadtest drill|bench|redis-cluster [flags] (see scripts/drill.sh, scripts/bench.sh)")
-		os.Exit(2)
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		os.Exit(exitCode(err, os.Stderr))
 	}
-	var err error
-	switch os.Args[1] {
+}
+
+// errUsage is run's error when no mode is named: the usage is written already.
+var errUsage = errors.New("usage")
+
+// exitCode writes err, unless it is errUsage, and returns the exit status for it: 2 for
+// errUsage, 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	fmt.Fprintln(stderr, "loadtest:", err)
+	return 1
+}
+
+// run runs the mode args name with the rest of args as its flags. Reports go to stdout;
+// progress is logged to the process's stderr (logf).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) < 1 {
+		fmt.Fprintln(stderr, "usage: loadtest drill|bench|redis-cluster [flags] (see scripts/drill.sh, scripts/bench.sh)")
+		return errUsage
+	}
+	switch args[0] {
 	case "drill":
-		err = runDrill(ctx, os.Args[2:])
+		return runDrill(ctx, args[1:], stdout)
 	case "bench":
-		err = runBench(ctx, os.Args[2:])
+		return runBench(ctx, args[1:], stdout)
 	case "redis-cluster":
-		err = runRedisCluster(ctx, os.Args[2:])
+		return runRedisCluster(ctx, args[1:])
 	case "bus":
-		err = runBus(ctx, os.Args[2:])
-	default:
-		err = fmt.Errorf("unknown mode %q: drill, bench or redis-cluster", os.Args[1])
+		return runBus(ctx, args[1:], stdout)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadtest:", err)
-		os.Exit(1)
-	}
+	return fmt.Errorf("unknown mode %q: drill, bench or redis-cluster", args[0])
 }
 
 // loopback refuses any URL whose host is not 127.0.0.1 / localhost.

@@ -18,6 +18,7 @@ import (
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 const testKeyHex = "f4ab532dc6dcf763bf8139e75e9bef6d8af5c329ce3e03ba05fd39ff729f6ffa"
@@ -157,24 +158,11 @@ func TestKilledBetweenAppendAndAckStoresTheRedeliveryOnce(t *testing.T) {
 	}
 }
 
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !waitFor(timeout, cond) {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
-	}
-}
-
-// waitFor polls cond every 20 ms until it holds (true) or timeout passes (false).
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}
+// waitUntil and waitFor are the shared wait (waittest), under the names these tests use.
+var (
+	waitUntil = waittest.For
+	waitFor   = waittest.Within
+)
 
 // waitExit waits for a relay process to end, failing the test (with its logs) when it
 // does not within timeout.

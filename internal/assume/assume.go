@@ -124,7 +124,7 @@ func (a *Assumer) Credentials(ctx context.Context, d destination.Destination) (a
 // Check runs the probe and a new session now, replacing any cached one: "send a test"
 // and the card's check walk the whole path. It does not wait out a session backoff (a
 // customer who fixed the role tries at once), but it spends the budget: when the budget
-// holds it back the error is failures.HeldBack, and nothing reached STS.
+// holds it back the error is failures.NewHeldBack's, and nothing reached STS.
 func (a *Assumer) Check(ctx context.Context, d destination.Destination) error {
 	_, err := a.get(ctx, d, true)
 	return err

@@ -441,12 +441,12 @@ func budgeted(t *testing.T) (*awstest.STS, *clock, *assume.Assumer, *assume.Metr
 		Backoff: config.Backoff{Initial: time.Second, Max: 4 * time.Second}, Metrics: m}), m
 }
 
-// wantHeldBack fails unless err is the relay's own pacing (failures.HeldBack), not taken,
+// wantHeldBack fails unless err is the relay's own pacing (failures.NewHeldBack), not taken,
 // waits about wait, and says so.
 func wantHeldBack(t *testing.T, err error, wait time.Duration, phrases ...string) {
 	t.Helper()
 	wantClass(t, err, failures.NotTaken, phrases...)
-	if got, held := failures.HeldBack(err); !held || got < wait-time.Millisecond || got > wait+time.Millisecond {
+	if got, held := failures.HeldBackFor(err); !held || got < wait-time.Millisecond || got > wait+time.Millisecond {
 		t.Fatalf("held back %v for %s, want %s", held, got, wait)
 	}
 }

@@ -28,7 +28,7 @@ func TestADestinationAddedWhileRunningDeliversOnceTheRequestThatAddedItHasEnded(
 		t.Fatal(err)
 	}
 	r.start()
-	waitFor(t, "the first lease round", func() bool { return r.d.live.Load() > 0 })
+	waitFor(t, "the first lease round", func() bool { return r.d.leases.live.Load() > 0 })
 
 	req, answered := context.WithCancel(context.Background())
 	if err := r.d.Upsert(req, bus("orders", "111122223333")); err != nil {

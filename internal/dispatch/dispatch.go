@@ -85,25 +85,11 @@ type Dispatcher struct {
 	// rewatch tells the log watcher that a lease round took the first lease of an
 	// account: its log is followed now, not at the watcher's next look.
 	rewatch chan struct{}
-	// live is how many replicas the last lease round counted (take's share); runCtx is
-	// Run's context, which every worker lives in (nil before Run; under mu).
-	live   atomic.Int64
+	// runCtx is Run's context, which every worker lives in (nil before Run; under mu).
 	runCtx context.Context
-	// acquiring lets one acquire run at a time (a lease round, a new destination's
-	// take): two at once could each start a worker for the same destination.
-	acquiring sync.Mutex
 	// making counts, by id, the creates this replica's API has under way (Making).
 	making map[string]int
-	// holds are this replica's holds of accounts, each with the workers of its leases
-	// (hold.go; under mu).
-	holds map[store.Hold]*hold
-	// endedWorkers are workers that finished since the last lease round, which unlists
-	// them (under endedMu, which is taken alone: a worker ends holding its own lock).
-	endedMu      sync.Mutex
-	endedWorkers []*worker
-	// unfreed are leases this replica holds with no worker, to free (freeLeases; under
-	// acquiring).
-	unfreed []store.Held
+	leases leases // this replica's holds and leases (lease.go, hold.go)
 }
 
 // New returns a Dispatcher; call SetDestinations, then Run.
@@ -135,7 +121,7 @@ func New(opts Options) *Dispatcher {
 	}
 	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{}, index: newIndex(),
 		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
-		feeds: map[string]*feed{}, committers: map[string]*committer{}, holds: map[store.Hold]*hold{}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
+		feeds: map[string]*feed{}, committers: map[string]*committer{}, leases: leases{holds: map[store.Hold]*hold{}}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
 	d.SetAccounts(opts.Accounts)
 	return d
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 const acct = "acct_1"
@@ -179,15 +180,10 @@ func (r *rig) channelTypes(channel string) []string {
 	return types
 }
 
+// waitFor is waittest.For with the dispatch tests' limit, 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waittest.For(t, 20*time.Second, what, cond)
 }
 
 func bus(id, roleAccount string) destination.Destination {

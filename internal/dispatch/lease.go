@@ -5,11 +5,51 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
 )
+
+// leases is this replica's lease state, apart from its workers (Dispatcher.workers): the
+// holds of accounts, the workers that ended and the leases held with no worker, both
+// waiting for the next lease round, and the replicas that round counted. Each field
+// says what guards it.
+type leases struct {
+	// live is how many replicas the last lease round counted (take's share).
+	live atomic.Int64
+	// acquiring lets one acquire run at a time (a lease round, a new destination's
+	// take): two at once could each start a worker for the same destination.
+	acquiring sync.Mutex
+	// holds are this replica's holds of accounts, each with the workers of its leases
+	// (hold.go; under Dispatcher.mu).
+	holds map[store.Hold]*hold
+	// ended are workers that finished since the last lease round, which unlists them
+	// (under endedMu, which is taken alone: a worker ends holding its own lock).
+	endedMu sync.Mutex
+	ended   []*worker
+	// unfreed are leases this replica holds with no worker, to free (freeLeases; under
+	// acquiring).
+	unfreed []store.Held
+}
+
+// workerEnded records a worker that finished, for the next lease round to unlist.
+func (l *leases) workerEnded(w *worker) {
+	l.endedMu.Lock()
+	l.ended = append(l.ended, w)
+	l.endedMu.Unlock()
+}
+
+// takeEnded returns the workers that ended since it was last called.
+func (l *leases) takeEnded() []*worker {
+	l.endedMu.Lock()
+	defer l.endedMu.Unlock()
+	ended := l.ended
+	l.ended = nil
+	return ended
+}
 
 // balance renews the leases this replica holds and takes free ones up to its fair
 // share (destinations / live replicas), so replicas spread the work and a dead
@@ -27,23 +67,20 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	// until its write in flight is done, so no second worker starts beside it), and free
 	// their leases. Under acquiring: no acquire here takes one back in between, which
 	// the release would then free under its new worker.
-	d.acquiring.Lock()
-	d.endedMu.Lock()
-	ended := d.endedWorkers
-	d.endedWorkers = nil
-	d.endedMu.Unlock()
+	d.leases.acquiring.Lock()
+	ended := d.leases.takeEnded()
 	d.mu.Lock()
 	for _, w := range ended {
 		d.removeWorker(w)
-		d.unfreed = append(d.unfreed, store.Held{Ref: ref(w.dest), Gen: w.holding.key.Gen})
+		d.leases.unfreed = append(d.leases.unfreed, store.Held{Ref: ref(w.dest), Gen: w.holding.key.Gen})
 	}
-	holds := slices.Collect(maps.Values(d.holds))
+	holds := slices.Collect(maps.Values(d.leases.holds))
 	d.mu.Unlock()
 	d.freeLeases(ctx)
-	d.acquiring.Unlock()
+	d.leases.acquiring.Unlock()
 
 	d.renew(ctx, holds, ttl)
-	d.live.Store(max(live, 1))
+	d.leases.live.Store(max(live, 1))
 
 	// Nothing to take while this replica holds its share, or every destination: an idle
 	// round walks no destination.
@@ -87,18 +124,18 @@ func (d *Dispatcher) balance(ctx context.Context) {
 // leaseCallTimeout bounds a lease call that a stop does not cut short.
 const leaseCallTimeout = 5 * time.Second
 
-// freeLeases frees the leases this replica holds with no worker listed (d.unfreed): a
+// freeLeases frees the leases this replica holds with no worker listed (unfreed): a
 // worker that ended with no successor, a lease an acquire took but did not start. Its
 // hold of the account lives on with its other leases, so unfreed they would stay held
 // by a replica that does not run them. Those freed go to any replica at once; on a
-// Redis error they wait for the next round. d.acquiring is held: no acquire here takes
-// one back meanwhile, which the release would then free under its new worker.
+// Redis error they wait for the next round. d.leases.acquiring is held: no acquire here
+// takes one back meanwhile, which the release would then free under its new worker.
 func (d *Dispatcher) freeLeases(ctx context.Context) {
-	if len(d.unfreed) == 0 {
+	if len(d.leases.unfreed) == 0 {
 		return
 	}
 	d.mu.Lock()
-	free := slices.DeleteFunc(d.unfreed, func(l store.Held) bool {
+	free := slices.DeleteFunc(d.leases.unfreed, func(l store.Held) bool {
 		_, running := d.workers[l.ID] // taken back here since: its worker holds it
 		return running
 	})
@@ -106,18 +143,11 @@ func (d *Dispatcher) freeLeases(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseCallTimeout) // as acquire's
 	defer cancel()
 	if err := d.opts.Store.ReleaseLeases(rctx, free, d.opts.Owner); err != nil {
-		d.unfreed = free
+		d.leases.unfreed = free
 		d.opts.Logger.Warn("leases not released; retried at the next lease round", "leases", len(free), "error", err)
 		return
 	}
-	d.unfreed = nil
-}
-
-// workerEnded records a worker that finished, for the next lease round to unlist.
-func (d *Dispatcher) workerEnded(w *worker) {
-	d.endedMu.Lock()
-	d.endedWorkers = append(d.endedWorkers, w)
-	d.endedMu.Unlock()
+	d.leases.unfreed = nil
 }
 
 // renew renews this replica's holds, one script call per account however many of its
@@ -220,7 +250,7 @@ func (d *Dispatcher) renew(ctx context.Context, holds []*hold, ttl time.Duration
 // what it holds, so a create costs the same with 100,000 others. What it does not
 // take waits for the next round, as before.
 func (d *Dispatcher) take(dests []destination.Destination) {
-	live := max(d.live.Load(), 1)
+	live := max(d.leases.live.Load(), 1)
 	d.mu.Lock()
 	ctx := d.runCtx // the workers outlive the request that added them
 	if ctx == nil || ctx.Err() != nil {
@@ -243,8 +273,8 @@ func (d *Dispatcher) take(dests []destination.Destination) {
 // acquire takes the free leases of candidates, up to room, and starts their workers;
 // candidates is the caller's own slice, which it overwrites.
 func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Destination, room int, ttl time.Duration) {
-	d.acquiring.Lock()
-	defer d.acquiring.Unlock()
+	d.leases.acquiring.Lock()
+	defer d.leases.acquiring.Unlock()
 	// Another acquire may have started some while this one waited: a second worker of
 	// the same destination would write beside the first, unlisted and never stopped.
 	d.mu.Lock()
@@ -288,7 +318,7 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 	// held under a hold this replica never listed, which its stop cannot release (the
 	// next holder would wait out the TTL). stopAll waits for this acquire (acquiring).
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseCallTimeout)
-	leases, err := d.opts.Store.AcquireLeases(actx, refs, d.opts.Owner, ttl)
+	taken, err := d.opts.Store.AcquireLeases(actx, refs, d.opts.Owner, ttl)
 	cancel()
 	if err != nil {
 		// The scripts may have run (a WAIT that fell short, one master of several
@@ -296,12 +326,12 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 		// worker while the hold lives. Free them under each gen listed for their account.
 		d.mu.Lock()
 		gens := map[string][]string{}
-		for key := range d.holds {
+		for key := range d.leases.holds {
 			gens[key.Account] = append(gens[key.Account], key.Gen)
 		}
 		for _, dest := range want {
 			for _, gen := range gens[dest.Account] {
-				d.unfreed = append(d.unfreed, store.Held{Ref: ref(dest), Gen: gen})
+				d.leases.unfreed = append(d.leases.unfreed, store.Held{Ref: ref(dest), Gen: gen})
 			}
 		}
 		d.mu.Unlock()
@@ -313,14 +343,14 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 	for i, dest := range want {
 		current, configured := d.dests[dest.ID]
 		switch {
-		case leases[i].Token == 0:
+		case taken[i].Token == 0:
 			continue // another replica's
 		case !configured || current.Fingerprint() != dest.Fingerprint():
 			// Changed meanwhile: taken, but not started. Freed, or it would stay held.
-			d.unfreed = append(d.unfreed, store.Held{Ref: ref(dest), Gen: leases[i].Gen})
+			d.leases.unfreed = append(d.leases.unfreed, store.Held{Ref: ref(dest), Gen: taken[i].Gen})
 			continue
 		}
-		d.addWorker(d.startWorker(ctx, dest, leases[i].Token, d.holdOf(store.Hold{Account: dest.Account, Gen: leases[i].Gen}, until)))
+		d.addWorker(d.startWorker(ctx, dest, taken[i].Token, d.holdOf(store.Hold{Account: dest.Account, Gen: taken[i].Gen}, until)))
 	}
 	d.opts.Metrics.Leases.Set(float64(len(d.workers)))
 	d.mu.Unlock()
@@ -332,11 +362,11 @@ func (d *Dispatcher) acquire(ctx context.Context, candidates []destination.Desti
 // a renewal extends it, after its workers compared their control versions (renew).
 // d.mu is held.
 func (d *Dispatcher) holdOf(key store.Hold, until time.Time) *hold {
-	h := d.holds[key]
+	h := d.leases.holds[key]
 	if h == nil {
 		h = &hold{key: key, workers: map[*worker]struct{}{}}
 		h.extend(time.Now(), until)
-		d.holds[key] = h
+		d.leases.holds[key] = h
 	}
 	return h
 }
@@ -350,11 +380,11 @@ func (d *Dispatcher) heldCount() int {
 // stopAll stops every worker (each finishes its write in flight) and releases its
 // holds, so every destination it held is free at once.
 func (d *Dispatcher) stopAll() {
-	d.acquiring.Lock() // no take adds a worker or a hold after the swap
-	defer d.acquiring.Unlock()
+	d.leases.acquiring.Lock() // no take adds a worker or a hold after the swap
+	defer d.leases.acquiring.Unlock()
 	d.mu.Lock()
-	workers, holds := d.workers, slices.Collect(maps.Keys(d.holds))
-	d.workers, d.accounts, d.holds = map[string]*worker{}, map[string]map[*worker]struct{}{}, map[store.Hold]*hold{}
+	workers, holds := d.workers, slices.Collect(maps.Keys(d.leases.holds))
+	d.workers, d.accounts, d.leases.holds = map[string]*worker{}, map[string]map[*worker]struct{}{}, map[store.Hold]*hold{}
 	d.mu.Unlock()
 	for _, w := range workers {
 		w.stop()

@@ -242,7 +242,7 @@ func (w *worker) end() {
 		l.timer = nil
 	}
 	close(l.finished)
-	w.d.workerEnded(w) // unlisted at the next lease round
+	w.d.leases.workerEnded(w) // unlisted at the next lease round
 	if l.stopped {
 		w.d.kickBalance() // a redefined destination's new worker may start now
 	}

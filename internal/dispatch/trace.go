@@ -11,8 +11,8 @@ type Tracer interface {
 	StartWrite(traceparent string, dest destination.Destination, eventID string) (end func(outcome, message string))
 }
 
-// startWrite is Options.Tracer.StartWrite, or a no-op while tracing is off.
-func (d *Dispatcher) startWrite(dest destination.Destination, e store.LogEntry) func(outcome, message string) {
+// traceWrite is Options.Tracer.StartWrite, or a no-op while tracing is off.
+func (d *Dispatcher) traceWrite(dest destination.Destination, e store.LogEntry) func(outcome, message string) {
 	if d.opts.Tracer == nil {
 		return func(string, string) {}
 	}

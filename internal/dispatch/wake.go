@@ -277,8 +277,8 @@ func (d *Dispatcher) removeWorker(w *worker) {
 		delete(d.accounts, w.dest.Account)
 	}
 	delete(w.holding.workers, w)
-	if len(w.holding.workers) == 0 && d.holds[w.holding.key] == w.holding {
-		delete(d.holds, w.holding.key)
+	if len(w.holding.workers) == 0 && d.leases.holds[w.holding.key] == w.holding {
+		delete(d.leases.holds, w.holding.key)
 	}
 }
 

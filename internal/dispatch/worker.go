@@ -219,7 +219,7 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 	if w.checkEvery == 0 {
 		w.checkEvery = cfg.Initial
 	}
-	res := w.d.checkSetup(ctx, w.dest)
+	res := w.d.runSetupCheck(ctx, w.dest)
 	now, wait := w.d.opts.Now(), w.checkEvery
 	if res.held > 0 {
 		wait = res.held // not a failure: the wait does not double
@@ -307,7 +307,7 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 	}
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	started := time.Now()
-	endSpan := w.d.startWrite(dest, e)
+	endSpan := w.d.traceWrite(dest, e)
 	sendErr := w.d.sink(dest).Send(sendCtx, dest, msg)
 	cancel()
 	w.endWrite()

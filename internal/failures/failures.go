@@ -76,9 +76,9 @@ func NewHeldBack(message string, wait time.Duration) error {
 	return &Error{Class: NotTaken, Message: message, Wait: wait, Held: true}
 }
 
-// HeldBack reports whether err is the relay's own pacing holding an attempt back
+// HeldBackFor reports whether err is the relay's own pacing holding an attempt back
 // (NewHeldBack), and for how long.
-func HeldBack(err error) (time.Duration, bool) {
+func HeldBackFor(err error) (time.Duration, bool) {
 	var fe *Error
 	if errors.As(err, &fe) && fe.Class == NotTaken && fe.Held {
 		return fe.Wait, true

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // TestSignedEventsBehindJunkAreStoredWhileTheBrokerBlocksPublishing: a flood of large
@@ -40,8 +41,8 @@ func TestSignedEventsBehindJunkAreStoredWhileTheBrokerBlocksPublishing(t *testin
 	broker.MemoryAlarm(t, true)
 	defer broker.MemoryAlarm(t, false)
 	r.start()
-	waitFor(t, 30*time.Second, "the signed event stored during the alarm", func() bool { return r.hasEvent(job.EventID()) })
-	waitFor(t, 30*time.Second, "the signed event acked and the junk dead-lettered", func() bool {
+	waittest.For(t, 30*time.Second, "the signed event stored during the alarm", func() bool { return r.hasEvent(job.EventID()) })
+	waittest.For(t, 30*time.Second, "the signed event acked and the junk dead-lettered", func() bool {
 		return testutil.ToFloat64(r.metrics.Acked) == 1 && int(sumOf(r.metrics.DeadLettered)) == junk
 	})
 	if n := r.quarantinedTotal(); n != 0 {
@@ -53,7 +54,7 @@ func TestSignedEventsBehindJunkAreStoredWhileTheBrokerBlocksPublishing(t *testin
 	if n := r.readyMessages(watch, r.topo.Queue); n != 0 {
 		t.Errorf("%d messages back in the queue once the consumer stopped, want 0: the broker did not read its acks", n)
 	}
-	waitFor(t, 30*time.Second, "the junk in the quarantine", func() bool {
+	waittest.For(t, 30*time.Second, "the junk in the quarantine", func() bool {
 		return r.readyMessages(watch, r.topo.QuarantineQueue) == junk
 	})
 	for range junk {
@@ -72,5 +73,5 @@ func TestSignedEventsBehindJunkAreStoredWhileTheBrokerBlocksPublishing(t *testin
 	if err := floodUnsigned(ch, r.topo.Exchange, 1, size); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "a junk message copied to the quarantine after the alarm", func() bool { return r.quarantinedTotal() == 1 })
+	waittest.For(t, 30*time.Second, "a junk message copied to the quarantine after the alarm", func() bool { return r.quarantinedTotal() == 1 })
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // confirmedPublisher publishes jobs one at a time, as the Worker does: it waits for each
@@ -111,14 +112,14 @@ func TestRelaySurvivesTheKillOfTheNodeLeadingItsQueue(t *testing.T) {
 	done := make(chan []string, 1)
 	go func() { done <- confirmedPublisher(ctx, others, r.topo.Exchange, r.key, jobs) }()
 
-	waitFor(t, 60*time.Second, "some events stored", func() bool { return len(r.log()) >= 100 })
+	waittest.For(t, 60*time.Second, "some events stored", func() bool { return len(r.log()) >= 100 })
 	cluster.KillNode(t, leader)
 	t.Cleanup(func() { cluster.StartNode(t, leader) }) // the next test finds three nodes
 	confirmed := <-done
 	if len(confirmed) != total {
 		t.Fatalf("the publisher got %d of %d confirms", len(confirmed), total)
 	}
-	waitFor(t, 90*time.Second, "every confirmed event stored", func() bool { return len(r.log()) >= total })
+	waittest.For(t, 90*time.Second, "every confirmed event stored", func() bool { return len(r.log()) >= total })
 	var ids []string
 	for _, e := range r.log() {
 		ids = append(ids, e.EventID)
@@ -193,16 +194,16 @@ func TestPartitionsKeepEachTenantsOrderAcrossReplicas(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = b.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	waitFor(t, 30*time.Second, "replica b connected", b.Connected)
+	waittest.For(t, 30*time.Second, "replica b connected", b.Connected)
 	for k := 1; k < 3; k++ { // the rest in slices, paced so that rebalancing rounds happen meanwhile
 		publish(k*total/3, (k+1)*total/3)
 		if k == 1 {
-			waitFor(t, 30*time.Second, "replica a hands a partition over", func() bool {
+			waittest.For(t, 30*time.Second, "replica a hands a partition over", func() bool {
 				return testutil.ToFloat64(r.metrics.PartitionHandovers) >= 1
 			})
 		}
 	}
-	waitFor(t, 60*time.Second, "every event stored", func() bool { return stored() == total })
+	waittest.For(t, 60*time.Second, "every event stored", func() bool { return stored() == total })
 
 	for acct, ids := range want {
 		entries, err := r.store.ReadLog(context.Background(), acct, "0", 100000)

@@ -19,6 +19,7 @@ import (
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 const account = "acct_1"
@@ -83,7 +84,7 @@ func (r *rig) start() {
 	go func() { defer wg.Done(); _ = c.Run(ctx) }()
 	r.stop = func() { cancel(); wg.Wait() }
 	r.t.Cleanup(r.stop)
-	waitFor(r.t, 30*time.Second, "consumer connected", c.Connected)
+	waittest.For(r.t, 30*time.Second, "consumer connected", c.Connected)
 }
 
 func (r *rig) channel() *amqp.Channel {
@@ -186,17 +187,6 @@ func (r *rig) readyMessages(ch *amqp.Channel, queue string) int {
 	return q.Messages
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 type vectorFile struct {
 	ExternalKeyHex string `json:"external_hmac_key_hex"`
 	Cases          []struct {
@@ -250,7 +240,7 @@ func TestVectorsAreAcceptedDeduplicatedOrQuarantinedWithTheirReason(t *testing.T
 			accepted = append(accepted, c.Headers["ce-id"].(string))
 		}
 	}
-	waitFor(t, 20*time.Second, "every vector acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == float64(len(vf.Cases)) })
+	waittest.For(t, 20*time.Second, "every vector acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == float64(len(vf.Cases)) })
 
 	entries := r.log()
 	if len(entries) != len(accepted) {
@@ -298,7 +288,7 @@ func TestReemittedEventIsAckedAndStoredOnce(t *testing.T) {
 	r.publish(ch, job.RoutingKey(),
 		jobevent.Build(job, r.topo.Exchange, r.key, first),
 		jobevent.Build(job, r.topo.Exchange, r.key, first.Add(31*time.Second))) // new t and ce-time
-	waitFor(t, 10*time.Second, "both messages acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 2 })
+	waittest.For(t, 10*time.Second, "both messages acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 2 })
 	entries := r.log()
 	if len(entries) != 1 || entries[0].EventID != job.EventID() {
 		t.Fatalf("log = %+v, want exactly one %s", entries, job.EventID())
@@ -318,7 +308,7 @@ func TestEventForNoAccountIsAckedAndCounted(t *testing.T) {
 	ch := r.channel()
 	job := jobevent.Job{ID: "0190f2a4-aaaa-7bbb-8ccc-000000000002", Status: "failed", Tenant: "tenant-nobody-has"}
 	r.publish(ch, job.RoutingKey(), jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
-	waitFor(t, 10*time.Second, "message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 1 })
+	waittest.For(t, 10*time.Second, "message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 1 })
 	if got := testutil.ToFloat64(r.metrics.Unrouted); got != 1 {
 		t.Errorf("unrouted = %v, want 1", got)
 	}
@@ -366,7 +356,7 @@ func TestBrokerRestartedWhilePublishingLosesNothing(t *testing.T) {
 		close(confirmed)
 	}()
 
-	waitFor(t, 30*time.Second, "some events stored", func() bool { return len(r.log()) >= 50 })
+	waittest.For(t, 30*time.Second, "some events stored", func() bool { return len(r.log()) >= 50 })
 	broker.Stop(t)
 	broker.Start(t)
 
@@ -377,7 +367,7 @@ func TestBrokerRestartedWhilePublishingLosesNothing(t *testing.T) {
 	if len(want) != total {
 		t.Fatalf("publisher confirmed %d of %d", len(want), total)
 	}
-	waitFor(t, 60*time.Second, "every confirmed event stored", func() bool { return len(r.log()) >= total })
+	waittest.For(t, 60*time.Second, "every confirmed event stored", func() bool { return len(r.log()) >= total })
 	seen := map[string]int{}
 	for _, e := range r.log() {
 		seen[e.EventID]++
@@ -403,17 +393,17 @@ func TestRedisDownAcksNothingAndLosesNothing(t *testing.T) {
 		return out
 	}
 	r.publish(ch, "job.failed", jobs(0, 100)...)
-	waitFor(t, 10*time.Second, "first half acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 100 })
+	waittest.For(t, 10*time.Second, "first half acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 100 })
 
 	redis.Stop(t)
 	r.publish(ch, "job.failed", jobs(100, 200)...)
-	waitFor(t, 30*time.Second, "the relay to hit the outage", func() bool { return testutil.ToFloat64(r.metrics.StoreErrors) >= 3 })
+	waittest.For(t, 30*time.Second, "the relay to hit the outage", func() bool { return testutil.ToFloat64(r.metrics.StoreErrors) >= 3 })
 	if got := testutil.ToFloat64(r.metrics.Acked); got != 100 {
 		t.Fatalf("acked %v messages while Redis was down, want still 100", got)
 	}
 	redis.Start(t)
 
-	waitFor(t, 20*time.Second, "every event acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 200 })
+	waittest.For(t, 20*time.Second, "every event acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 200 })
 	entries := r.log()
 	seen := map[string]int{}
 	for _, e := range entries {
@@ -459,7 +449,7 @@ func TestSignedButUnusableMessagesAreQuarantinedWithTheirReason(t *testing.T) {
 	for _, m := range cases {
 		r.publish(ch, "job.completed", m)
 	}
-	waitFor(t, 10*time.Second, "every message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == float64(len(cases)) })
+	waittest.For(t, 10*time.Second, "every message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == float64(len(cases)) })
 	got := map[string]string{}
 	for {
 		d, ok, err := ch.Get(r.topo.QuarantineQueue, true)
@@ -526,11 +516,11 @@ func TestTwoConsumersAppendInThePublishersOrder(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = second.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	waitFor(t, 30*time.Second, "second consumer connected", second.Connected)
+	waittest.For(t, 30*time.Second, "second consumer connected", second.Connected)
 
 	const total = 600
 	want := r.publishJobs(r.channel(), "2222", total)
-	waitFor(t, 60*time.Second, "every event in the log", func() bool { return len(r.log()) == total })
+	waittest.For(t, 60*time.Second, "every event in the log", func() bool { return len(r.log()) == total })
 	outOfOrder := 0
 	for i, e := range r.log() {
 		if e.EventID != want[i] {

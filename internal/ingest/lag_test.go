@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // gauges gathers the lag collector into name → value; a missing gauge is absent.
@@ -39,7 +40,7 @@ func TestIngestLagShowsTheQueueBacklogAndTheHeldBatchWhileRedisIsDown(t *testing
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	waitFor(t, 30*time.Second, "consumer connected", c.Connected)
+	waittest.For(t, 30*time.Second, "consumer connected", c.Connected)
 
 	g := gauges(t, c)
 	if g["relay_broker_connected"] != 1 || g["relay_ingest_queue_messages"] != 0 || g["relay_ingest_queue_consumers"] != 1 ||
@@ -55,18 +56,18 @@ func TestIngestLagShowsTheQueueBacklogAndTheHeldBatchWhileRedisIsDown(t *testing
 	}
 	r.publish(r.channel(), "job.completed", msgs...)
 	var first float64
-	waitFor(t, 20*time.Second, "a held batch and a backlog", func() bool {
+	waittest.For(t, 20*time.Second, "a held batch and a backlog", func() bool {
 		g = gauges(t, c)
 		first = g["relay_ingest_oldest_unacked_age_seconds"]
 		// Prefetch 64: the rest waits ready in the queue.
 		return first > 0 && g["relay_ingest_queue_messages"] >= 200-64
 	})
-	waitFor(t, 20*time.Second, "the held batch to age", func() bool {
+	waittest.For(t, 20*time.Second, "the held batch to age", func() bool {
 		return gauges(t, c)["relay_ingest_oldest_unacked_age_seconds"] > first
 	})
 
 	redis.Start(t)
-	waitFor(t, 30*time.Second, "the backlog to drain", func() bool {
+	waittest.For(t, 30*time.Second, "the backlog to drain", func() bool {
 		g = gauges(t, c)
 		return g["relay_ingest_queue_messages"] == 0 && g["relay_ingest_oldest_unacked_age_seconds"] == 0
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // While one batch is in Redis the next is verified and routed (batches): reloads that
@@ -56,7 +57,7 @@ func TestReloadsWhileBatchesOverlapReturnAndKeepTheOrder(t *testing.T) {
 	c.SetRouter(tenantRouter{"single-tenant": "acct_2"})
 	job := jobevent.Job{ID: "0190f2a4-3333-7000-8000-999999999999", Status: "completed"}
 	r.publish(ch, job.RoutingKey(), jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
-	waitFor(t, 30*time.Second, "the event after the reload stored", func() bool { return testutil.ToFloat64(r.metrics.Stored) == total+1 })
+	waittest.For(t, 30*time.Second, "the event after the reload stored", func() bool { return testutil.ToFloat64(r.metrics.Stored) == total+1 })
 	moved, err := r.store.ReadLog(context.Background(), "acct_2", "0", 10)
 	if err != nil || len(moved) != 1 || moved[0].EventID != job.EventID() {
 		t.Fatalf("acct_2's log: %+v, %v; want the event published after the reload", moved, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // nested returns a headers value nested depth tables deep.
@@ -62,7 +63,7 @@ func TestPoisonMessagesAreSetAsideAndTheEventBehindThemIsStored(t *testing.T) {
 	good := jobevent.Job{ID: "0190f2a4-cccc-7000-8000-000000000001", Status: "completed"}
 	r.publish(ch, good.RoutingKey(), jobevent.Build(good, r.topo.Exchange, r.key, now))
 
-	waitFor(t, 20*time.Second, "the good event stored", func() bool {
+	waittest.For(t, 20*time.Second, "the good event stored", func() bool {
 		for _, e := range r.log() {
 			if e.EventID == good.EventID() {
 				return true
@@ -93,7 +94,7 @@ func TestPoisonMessagesAreSetAsideAndTheEventBehindThemIsStored(t *testing.T) {
 		"9000-entries":    "dead-lettered",
 	}
 	got := map[string]string{}
-	waitFor(t, 20*time.Second, "every poison in the quarantine", func() bool {
+	waittest.For(t, 20*time.Second, "every poison in the quarantine", func() bool {
 		for {
 			d, ok, err := qch.Get(r.topo.QuarantineQueue, true)
 			if err != nil {
@@ -166,7 +167,7 @@ func TestQuarantineCopyKeepsEveryProperty(t *testing.T) {
 		Body:            []byte(`{"jobId":"x"}`),
 	}
 	r.publish(ch, "job.completed", sent)
-	waitFor(t, 10*time.Second, "message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 1 })
+	waittest.For(t, 10*time.Second, "message acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 1 })
 	d, ok, err := ch.Get(r.topo.QuarantineQueue, true)
 	if err != nil || !ok {
 		t.Fatalf("quarantine empty (err %v)", err)
@@ -259,11 +260,11 @@ func TestBatchEndingInARejectedMessageSettlesEveryMessage(t *testing.T) {
 	msgs = append(msgs, amqp.Publishing{MessageId: "deep-last", Headers: amqp.Table{"deep": nested(40)}})
 	r.publish(ch, "job.completed", msgs...)
 	r.start() // the four are waiting: one batch
-	waitFor(t, 20*time.Second, "three stored, one dead-lettered", func() bool {
+	waittest.For(t, 20*time.Second, "three stored, one dead-lettered", func() bool {
 		return testutil.ToFloat64(r.metrics.Acked) == 3 && testutil.ToFloat64(r.metrics.DeadLettered.WithLabelValues(HeadersTooDeep)) == 1
 	})
 	r.stop() // anything left unacked goes back to the queue
-	waitFor(t, 10*time.Second, "the queue empty, nothing unacked", func() bool { return r.readyMessages(ch, r.topo.Queue) == 0 })
+	waittest.For(t, 10*time.Second, "the queue empty, nothing unacked", func() bool { return r.readyMessages(ch, r.topo.Queue) == 0 })
 	if got := testutil.ToFloat64(r.metrics.ConnectionLosses); got != 0 {
 		t.Errorf("the relay lost its broker connection %v times", got)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // bound gives the rig's quarantine queue bounds b.
@@ -75,7 +76,7 @@ func TestAFloodOfLargeUnsignedMessagesKeepsTheQuarantineWithinItsBound(t *testin
 	for i := 0; flooding || r.quarantinedTotal() < flood; i++ {
 		job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-6666-7000-8000-%012d", i), Status: "completed"}
 		r.publish(ch, job.RoutingKey(), jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
-		waitFor(t, 30*time.Second, "signed event "+job.EventID()+" stored during the flood", func() bool {
+		waittest.For(t, 30*time.Second, "signed event "+job.EventID()+" stored during the flood", func() bool {
 			sample()
 			select {
 			case floodErr = <-published:
@@ -114,7 +115,7 @@ func TestAFloodOfLargeUnsignedMessagesKeepsTheQuarantineWithinItsBound(t *testin
 	}
 	// Exact: every message that went in and is no longer there was counted as dropped.
 	want := in - kept
-	waitFor(t, 20*time.Second, fmt.Sprintf("relay_quarantine_dropped_total at %d (%d in, %d kept)", want, in, kept), func() bool {
+	waittest.For(t, 20*time.Second, fmt.Sprintf("relay_quarantine_dropped_total at %d (%d in, %d kept)", want, in, kept), func() bool {
 		return int(testutil.ToFloat64(r.metrics.QuarantineDropped)) == want
 	})
 	if got, want := testutil.ToFloat64(r.metrics.QuarantineDroppedBytes), float64(want*bounds.MaxBodyBytes); got != want {
@@ -197,7 +198,7 @@ func TestALargeBodyIsQuarantinedAsAPrefixWithItsSizeAndDigest(t *testing.T) {
 
 	got := map[string]amqp.Delivery{}
 	ch := r.channel()
-	waitFor(t, 20*time.Second, "both in the quarantine", func() bool {
+	waittest.For(t, 20*time.Second, "both in the quarantine", func() bool {
 		d, ok, err := ch.Get(r.topo.QuarantineQueue, true)
 		if err != nil {
 			t.Fatal(err)
@@ -292,7 +293,7 @@ func TestDroppedOriginalsWithUnreadableHeadersAreCountedOnTheSameConnection(t *t
 	r.publish(ch, "job.completed", pushers...)
 	job := jobevent.Job{ID: "0190f2a4-7777-7000-8000-000000000001", Status: "completed"}
 	r.publish(ch, job.RoutingKey(), jobevent.Build(job, r.topo.Exchange, r.key, time.Now()))
-	waitFor(t, 30*time.Second, "the signed event stored", func() bool { return r.hasEvent(job.EventID()) })
+	waittest.For(t, 30*time.Second, "the signed event stored", func() bool { return r.hasEvent(job.EventID()) })
 
 	deadLettered := int(testutil.ToFloat64(r.metrics.DeadLettered.WithLabelValues(HeadersTooDeep)) +
 		testutil.ToFloat64(r.metrics.DeadLettered.WithLabelValues(HeadersTooMany)))
@@ -302,11 +303,11 @@ func TestDroppedOriginalsWithUnreadableHeadersAreCountedOnTheSameConnection(t *t
 	}
 	// The broker dead-letters asynchronously: wait until the quarantine holds its bound.
 	watch := r.channel()
-	waitFor(t, 20*time.Second, "the quarantine at its bound", func() bool {
+	waittest.For(t, 20*time.Second, "the quarantine at its bound", func() bool {
 		return r.readyMessages(watch, r.topo.QuarantineQueue) == 100
 	})
 	want := in - 100
-	waitFor(t, 20*time.Second, fmt.Sprintf("relay_quarantine_dropped_total at %d", want), func() bool {
+	waittest.For(t, 20*time.Second, fmt.Sprintf("relay_quarantine_dropped_total at %d", want), func() bool {
 		return int(testutil.ToFloat64(r.metrics.QuarantineDropped)) == want
 	})
 	if n := testutil.ToFloat64(r.metrics.ConnectionLosses); n != 0 {

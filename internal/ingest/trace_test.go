@@ -14,6 +14,7 @@ import (
 	"github.com/mercamap/relay/internal/testpeer"
 	"github.com/mercamap/relay/internal/tracing"
 	"github.com/mercamap/relay/internal/tracing/tracingtest"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // Headers are not signed, and the consume span starts before the duplicate check: a
@@ -38,7 +39,7 @@ func TestHostileCETypeOnACopyReachesTheSpanBoundedAndLosesNoSpan(t *testing.T) {
 	}
 	hostile.Headers["ce-type"] = []byte(strings.Repeat("\xff", 64<<10))
 	r.publish(r.channel(), job.RoutingKey(), genuine, hostile)
-	waitFor(t, 10*time.Second, "both messages acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 2 })
+	waittest.For(t, 10*time.Second, "both messages acked", func() bool { return testutil.ToFloat64(r.metrics.Acked) == 2 })
 	r.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 const acct = "acct_lag"
@@ -126,15 +127,10 @@ func (r *rig) sample(dest string) (events, age float64) {
 	return events, age
 }
 
+// waitFor is waittest.For with the lag tests' limit, 20 s.
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.For(t, 20*time.Second, what, ok)
 }
 
 func TestStalledDestinationLagGrowsThenDrainsToZero(t *testing.T) {

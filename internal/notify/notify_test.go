@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 const acct = "acct_1"
@@ -72,17 +73,6 @@ func (m *mailer) take() []amqp.Delivery {
 	return out
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // startDrainer runs a drainer for acct until the test ends.
 func startDrainer(t *testing.T, opts Options) *Drainer {
 	t.Helper()
@@ -123,11 +113,11 @@ func outboxLen(t *testing.T, st *store.Store) int64 {
 func drainOnce(t *testing.T, st *store.Store, m *mailer, want int) []amqp.Delivery {
 	t.Helper()
 	var got []amqp.Delivery
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d operator events at the mailer", want), func() bool {
+	waittest.For(t, 60*time.Second, fmt.Sprintf("%d operator events at the mailer", want), func() bool {
 		got = append(got, m.take()...)
 		return len(got) >= want
 	})
-	waitFor(t, 10*time.Second, "the outbox empty", func() bool { return outboxLen(t, st) == 0 })
+	waittest.For(t, 10*time.Second, "the outbox empty", func() bool { return outboxLen(t, st) == 0 })
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		got = append(got, m.take()...)
@@ -152,11 +142,11 @@ func TestDisableWhileTheBrokerIsDownReachesTheMailerOnceItIsBack(t *testing.T) {
 	broker.Stop(t)
 	disable(t, st, "orders-bus")
 	d.Nudge()
-	waitFor(t, 20*time.Second, "a publish that failed", func() bool { return testutil.ToFloat64(metrics.Failed) >= 1 })
+	waittest.For(t, 20*time.Second, "a publish that failed", func() bool { return testutil.ToFloat64(metrics.Failed) >= 1 })
 	if n := outboxLen(t, st); n != 1 {
 		t.Fatalf("%d entries in the outbox while the broker is down, want 1", n)
 	}
-	waitFor(t, 5*time.Second, "the pending gauge", func() bool { return testutil.ToFloat64(metrics.Pending) == 1 })
+	waittest.For(t, 5*time.Second, "the pending gauge", func() bool { return testutil.ToFloat64(metrics.Pending) == 1 })
 
 	broker.Start(t)
 	got := drainOnce(t, st, m, 1)
@@ -176,7 +166,7 @@ func TestDisableWhileTheBrokerIsDownReachesTheMailerOnceItIsBack(t *testing.T) {
 	if p := testutil.ToFloat64(metrics.Published); p != 1 {
 		t.Errorf("published counter %v, want 1", p)
 	}
-	waitFor(t, 5*time.Second, "the pending gauge back to 0", func() bool { return testutil.ToFloat64(metrics.Pending) == 0 })
+	waittest.For(t, 5*time.Second, "the pending gauge back to 0", func() bool { return testutil.ToFloat64(metrics.Pending) == 0 })
 }
 
 func TestTwoReplicasPublishEachOperatorEventOnce(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +35,6 @@ type ClientOptions struct {
 	// IdleTimeout ends a subscription that sent nothing, not even a keep-alive, for this
 	// long (default 1m): a silently dead connection is replaced.
 	IdleTimeout time.Duration
-	KeepApplied bool // record every applied sequence, for Applied (tests)
 	// OnSnapshot is called with each snapshot loaded; OnApply with each event applied
 	// and the card it changed (zero when it names none). Both run on Run's goroutine.
 	OnSnapshot func(View)
@@ -67,11 +65,9 @@ type Client struct {
 	opts ClientOptions
 	log  *slog.Logger
 
-	mu        sync.Mutex // guards view, loaded, applied, snapshots for readers
-	view      View
-	loaded    bool
-	applied   []int64
-	snapshots int
+	mu     sync.Mutex // guards view and loaded for readers
+	view   View
+	loaded bool
 
 	// Only Run's goroutine touches these.
 	cursor       int64           // the sequence of the last event applied (or the snapshot's)
@@ -108,20 +104,6 @@ func (c *Client) View() (v View, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.view.clone(), c.loaded
-}
-
-// Applied returns the sequences applied so far, in order (with KeepApplied).
-func (c *Client) Applied() []int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.applied)
-}
-
-// Snapshots is how many snapshots the client has loaded.
-func (c *Client) Snapshots() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.snapshots
 }
 
 // Run follows the channel until ctx ends (it then returns nil) or the API refuses the
@@ -393,9 +375,6 @@ func (c *Client) apply(ctx context.Context, ev Event) error {
 		card = cur
 	}
 	c.view.Sequence = ev.Sequence
-	if c.opts.KeepApplied {
-		c.applied = append(c.applied, ev.Sequence)
-	}
 	c.mu.Unlock()
 	c.cursor = ev.Sequence
 	if c.opts.OnApply != nil {
@@ -420,7 +399,6 @@ func (c *Client) resnapshot(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.view, c.loaded = v, true
-	c.snapshots++
 	c.mu.Unlock()
 	c.cursor, c.needSnapshot = snap.Sequence, false
 	if c.opts.OnSnapshot != nil {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,21 +27,37 @@ import (
 
 const waitLong = 30 * time.Second
 
-// watcher is one Client running in the background.
+// watcher is one Client running in the background, and what its hooks saw.
 type watcher struct {
 	*stream.Client
 	cancel context.CancelFunc
 	done   chan error
+
+	mu        sync.Mutex
+	applied   []int64 // the sequence of each event applied, in order (OnApply)
+	snapshots int     // how many snapshots it loaded (OnSnapshot)
+	seen      int64   // the sequence the last hook call reported
 }
 
 func startWatcher(t *testing.T, base, token, channel string) *watcher {
 	t.Helper()
+	w := &watcher{done: make(chan error, 1)}
 	c := stream.NewClient(stream.ClientOptions{
-		Caller: &stream.Caller{Base: base, Token: token}, Channel: channel, KeepApplied: true,
+		Caller: &stream.Caller{Base: base, Token: token}, Channel: channel,
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+		OnApply: func(ev stream.Event, _ stream.Card) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.applied, w.seen = append(w.applied, ev.Sequence), ev.Sequence
+		},
+		OnSnapshot: func(v stream.View) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.snapshots, w.seen = w.snapshots+1, v.Sequence
+		},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{Client: c, cancel: cancel, done: make(chan error, 1)}
+	w.Client, w.cancel = c, cancel
 	go func() { w.done <- c.Run(ctx) }()
 	t.Cleanup(w.stop)
 	apitest.WaitFor(t, waitLong, channel+" watcher's first snapshot", func() bool { _, ok := c.View(); return ok })
@@ -54,10 +71,22 @@ func (w *watcher) stop() {
 	w.done <- nil // stop may run again from Cleanup
 }
 
-func (w *watcher) sequence() int64 {
-	v, _ := w.View()
-	return v.Sequence
+// hooks is a copy of what the watcher's hooks reported so far.
+func (w *watcher) hooks() (applied []int64, snapshots int, seen int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.applied), w.snapshots, w.seen
 }
+
+// sequence is where the watcher stands as its hooks reported it: once it is at a
+// sequence, every event up to it is in Applied (the hooks run just after the view moves).
+func (w *watcher) sequence() int64 { _, _, seen := w.hooks(); return seen }
+
+// Applied returns the sequences applied so far, in order.
+func (w *watcher) Applied() []int64 { applied, _, _ := w.hooks(); return applied }
+
+// Snapshots is how many snapshots the watcher has loaded.
+func (w *watcher) Snapshots() int { _, n, _ := w.hooks(); return n }
 
 func viewJSON(t *testing.T, w *watcher) string {
 	t.Helper()

@@ -27,6 +27,7 @@ import (
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/stream"
 	"github.com/mercamap/relay/internal/testpeer"
+	"github.com/mercamap/relay/internal/waittest"
 )
 
 // The accounts and tokens every rig has.
@@ -315,17 +316,8 @@ func (r *Rig) Sequence(acct, channel string) int64 {
 	return n
 }
 
-// WaitFor polls cond until it holds, failing the test after timeout.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// WaitFor is the shared wait (waittest.For): cond until it holds, failing the test after timeout.
+var WaitFor = waittest.For
 
 // Proxy forwards TCP connections to a target; Cut closes every open one, as a network
 // failure would, while new connections still go through.
