@@ -58,6 +58,27 @@ func (e AttemptOutcome) Valid() bool {
 	}
 }
 
+// Defines values for CheckedEventDataClass.
+const (
+	CheckedEventDataClassDelivered CheckedEventDataClass = "delivered"
+	CheckedEventDataClassNotTaken  CheckedEventDataClass = "not_taken"
+	CheckedEventDataClassRejected  CheckedEventDataClass = "rejected"
+)
+
+// Valid indicates whether the value is a known member of the CheckedEventDataClass enum.
+func (e CheckedEventDataClass) Valid() bool {
+	switch e {
+	case CheckedEventDataClassDelivered:
+		return true
+	case CheckedEventDataClassNotTaken:
+		return true
+	case CheckedEventDataClassRejected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Connector.
 const (
 	Eventbridge Connector = "eventbridge"
@@ -492,17 +513,26 @@ type ChannelEvent struct {
 	Type     EventType `json:"type"`
 }
 
-// CheckedEventData destination.checked: a setup check's result (probe and session, or label read).
+// CheckedEventData destination.checked: a check's result, in the words of a delivery's outcome: the setup check of a pending destination (setup), or the probe and session (or label read) a test runs first (test).
 type CheckedEventData struct {
-	Destination string  `json:"destination"`
-	Message     string  `json:"message"`
-	Ok          bool    `json:"ok"`
-	Reason      *string `json:"reason,omitempty"`
-	Security    *bool   `json:"security,omitempty"`
+	Class       CheckedEventDataClass `json:"class"`
+	Destination string                `json:"destination"`
+	Message     string                `json:"message"`
+
+	// Reason Like external_id_not_enforced; only with security.
+	Reason *string `json:"reason,omitempty"`
+
+	// Security The check refused the destination for a security reason (reason says which).
+	Security *bool `json:"security,omitempty"`
+	Setup    *bool `json:"setup,omitempty"`
 
 	// State The part of a card a channel event changes; an event names all of these or only those it changed.
 	State *CardState `json:"state,omitempty"`
+	Test  *bool      `json:"test,omitempty"`
 }
+
+// CheckedEventDataClass defines model for CheckedEventData.Class.
+type CheckedEventDataClass string
 
 // Connector defines model for Connector.
 type Connector string

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mercamap/relay/internal/api/contracttest"
 )
 
 // TestOperatorGuideDescribesEverySubcommandItHas: each subcommand `relay --help` lists
@@ -87,6 +89,43 @@ func TestAPIReferenceListsEveryRouteTheAPIServes(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z]+ /[^`]*)`").FindAllStringSubmatch(doc, -1) {
 		if !served[m[1]] {
 			t.Errorf("docs/api.md lists %s, which the API does not serve", m[1])
+		}
+	}
+}
+
+// TestTheOpenAPIDocumentAndTheAPIReferenceListTheSameRoutes: every operation of
+// api/openapi.yaml has its row in docs/api.md, written `METHOD /path`, and every row of
+// docs/api.md is an operation of the document (the console's files, /console/{file},
+// are the row of GET /console/).
+func TestTheOpenAPIDocumentAndTheAPIReferenceListTheSameRoutes(t *testing.T) {
+	doc, err := contracttest.Document()
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for p, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if p == "/console/{file}" {
+				p = "/console/"
+			}
+			documented[method+" "+p] = true
+		}
+	}
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guide := string(b)
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z]+ /[^`]*)`").FindAllStringSubmatch(guide, -1) {
+		rows[m[1]] = true
+		if !documented[m[1]] {
+			t.Errorf("docs/api.md lists %s, which api/openapi.yaml does not", m[1])
+		}
+	}
+	for route := range documented {
+		if !rows[route] {
+			t.Errorf("api/openapi.yaml has %s, which docs/api.md has no row for", route)
 		}
 	}
 }

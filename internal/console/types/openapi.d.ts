@@ -1036,12 +1036,17 @@ export interface components {
             by?: string;
             state?: components["schemas"]["CardState"];
         };
-        /** @description destination.checked: a setup check's result (probe and session, or label read). */
+        /** @description destination.checked: a check's result, in the words of a delivery's outcome: the setup check of a pending destination (setup), or the probe and session (or label read) a test runs first (test). */
         CheckedEventData: {
             destination: string;
-            ok: boolean;
+            /** @enum {string} */
+            class: "delivered" | "not_taken" | "rejected";
             message: string;
+            setup?: boolean;
+            test?: boolean;
+            /** @description The check refused the destination for a security reason (reason says which). */
             security?: boolean;
+            /** @description Like external_id_not_enforced; only with security. */
             reason?: string;
             state?: components["schemas"]["CardState"];
         };
@@ -1409,12 +1414,12 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "ready": true,
                      *       "checks": {
-                     *         "broker": "ok",
-                     *         "redis": "ok",
-                     *         "config": "ok"
-                     *       }
+                     *         "broker": "not connected to the broker (ingest waits; the API serves)",
+                     *         "config": "ok",
+                     *         "redis": "ok"
+                     *       },
+                     *       "ready": true
                      *     }
                      */
                     "application/json": components["schemas"]["Readiness"];
@@ -1568,9 +1573,7 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "scope": "account:acct_123",
-                     *       "session": true,
-                     *       "expires_at": "2026-12-04T18:00:00.456Z"
+                     *       "scope": "admin"
                      *     }
                      */
                     "application/json": components["schemas"]["WhoAmI"];
@@ -1603,14 +1606,10 @@ export interface operations {
                      *       "connectors": [
                      *         {
                      *           "connector": "eventbridge",
-                     *           "destinations": 2
-                     *         },
-                     *         {
-                     *           "connector": "kinesis",
                      *           "destinations": 1
                      *         },
                      *         {
-                     *           "connector": "pubsub",
+                     *           "connector": "kinesis",
                      *           "destinations": 1
                      *         }
                      *       ]
@@ -1655,6 +1654,80 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "destinations": [
+                     *         {
+                     *           "id": "orders-bus",
+                     *           "connector": "eventbridge",
+                     *           "account": "acct_1",
+                     *           "status": "active",
+                     *           "target": {
+                     *             "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+                     *             "role_arn": "arn:aws:iam::111122223333:role/mercamap-delivery"
+                     *           },
+                     *           "external_id": "relay-91deaa1d94a9b97907e733b5e184d672",
+                     *           "setup": {
+                     *             "kms_statement": null,
+                     *             "permissions_policy": {
+                     *               "Version": "2012-10-17",
+                     *               "Statement": [
+                     *                 {
+                     *                   "Effect": "Allow",
+                     *                   "Action": "events:PutEvents",
+                     *                   "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/orders"
+                     *                 }
+                     *               ]
+                     *             },
+                     *             "principal_arn": "arn:aws:iam::999999999999:role/relay-delivery",
+                     *             "trust_policy": {
+                     *               "Version": "2012-10-17",
+                     *               "Statement": [
+                     *                 {
+                     *                   "Effect": "Allow",
+                     *                   "Principal": {
+                     *                     "AWS": "arn:aws:iam::999999999999:role/relay-delivery"
+                     *                   },
+                     *                   "Action": "sts:AssumeRole",
+                     *                   "Condition": {
+                     *                     "StringEquals": {
+                     *                       "sts:ExternalId": "relay-91deaa1d94a9b97907e733b5e184d672"
+                     *                     }
+                     *                   }
+                     *                 }
+                     *               ]
+                     *             }
+                     *           },
+                     *           "consecutive_failures": 0,
+                     *           "last_failure": null,
+                     *           "last_delivery": null,
+                     *           "disabled": null,
+                     *           "failing": null,
+                     *           "pending": null,
+                     *           "sequence": 0,
+                     *           "lag": {
+                     *             "events": 0,
+                     *             "events_at_least": false,
+                     *             "oldest_undelivered_at": null,
+                     *             "oldest_undelivered_age_seconds": 0
+                     *           },
+                     *           "replayable_from": "2026-12-03T18:22:24Z",
+                     *           "managed_by": "config",
+                     *           "created_at": "2026-12-04T18:22:23.369Z"
+                     *         }
+                     *       ],
+                     *       "next_page_token": null,
+                     *       "summary": {
+                     *         "cards": 1,
+                     *         "active": 1,
+                     *         "failing": 0,
+                     *         "paused": 0,
+                     *         "disabled": 0,
+                     *         "pending": 0
+                     *       },
+                     *       "matched": 1
+                     *     }
+                     */
                     "application/json": components["schemas"]["DestinationList"];
                 };
             };
@@ -1712,6 +1785,66 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "api-bus",
+                     *       "connector": "eventbridge",
+                     *       "account": "acct_1",
+                     *       "status": "pending",
+                     *       "target": {
+                     *         "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/api",
+                     *         "role_arn": "arn:aws:iam::111122223333:role/api-role"
+                     *       },
+                     *       "external_id": "relay-6112fff40e38a68269c6640cc9fa178e",
+                     *       "setup": {
+                     *         "kms_statement": null,
+                     *         "permissions_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Action": "events:PutEvents",
+                     *               "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/api"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "principal_arn": "arn:aws:iam::999999999999:role/relay",
+                     *         "trust_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Principal": {
+                     *                 "AWS": "arn:aws:iam::999999999999:role/relay"
+                     *               },
+                     *               "Action": "sts:AssumeRole",
+                     *               "Condition": {
+                     *                 "StringEquals": {
+                     *                   "sts:ExternalId": "relay-6112fff40e38a68269c6640cc9fa178e"
+                     *                 }
+                     *               }
+                     *             }
+                     *           ]
+                     *         }
+                     *       },
+                     *       "consecutive_failures": 0,
+                     *       "last_failure": null,
+                     *       "last_delivery": null,
+                     *       "disabled": null,
+                     *       "failing": null,
+                     *       "pending": null,
+                     *       "sequence": 1,
+                     *       "lag": {
+                     *         "events": 0,
+                     *         "events_at_least": false,
+                     *         "oldest_undelivered_at": null,
+                     *         "oldest_undelivered_age_seconds": 0
+                     *       },
+                     *       "replayable_from": "2026-12-03T18:22:40Z",
+                     *       "managed_by": "api",
+                     *       "created_at": "2026-12-04T18:22:39.12Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Card"];
                 };
             };
@@ -1744,6 +1877,71 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "orders-bus",
+                     *       "connector": "eventbridge",
+                     *       "account": "acct_1",
+                     *       "status": "pending",
+                     *       "target": {
+                     *         "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+                     *         "role_arn": "arn:aws:iam::111122223333:role/relay-delivery"
+                     *       },
+                     *       "external_id": "relay-8f30655f9590ea95d54a9375774ce3a2",
+                     *       "setup": {
+                     *         "kms_statement": null,
+                     *         "permissions_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Action": "events:PutEvents",
+                     *               "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/orders"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "principal_arn": "arn:aws:iam::999999999999:role/relay",
+                     *         "trust_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Principal": {
+                     *                 "AWS": "arn:aws:iam::999999999999:role/relay"
+                     *               },
+                     *               "Action": "sts:AssumeRole",
+                     *               "Condition": {
+                     *                 "StringEquals": {
+                     *                   "sts:ExternalId": "relay-8f30655f9590ea95d54a9375774ce3a2"
+                     *                 }
+                     *               }
+                     *             }
+                     *           ]
+                     *         }
+                     *       },
+                     *       "consecutive_failures": 0,
+                     *       "last_failure": null,
+                     *       "last_delivery": null,
+                     *       "disabled": null,
+                     *       "failing": null,
+                     *       "pending": {
+                     *         "at": "2026-12-04T18:32:39.259751782Z",
+                     *         "message": "AWS refused to let the relay assume role arn:aws:iam::111122223333:role/relay-delivery (AccessDenied) — check that the role exists and that its trust policy lets arn:aws:iam::999999999999:role/relay assume it with Condition StringEquals sts:ExternalId = \"relay-8f30655f9590ea95d54a9375774ce3a2\"",
+                     *         "next_check": "2026-12-04T18:42:39.259751782Z",
+                     *         "security": false
+                     *       },
+                     *       "sequence": 1,
+                     *       "lag": {
+                     *         "events": 3,
+                     *         "events_at_least": false,
+                     *         "oldest_undelivered_at": "2026-12-04T18:32:39.309Z",
+                     *         "oldest_undelivered_age_seconds": 0.028858267
+                     *       },
+                     *       "replayable_from": "2026-12-03T18:32:40Z",
+                     *       "managed_by": "config",
+                     *       "created_at": "2026-12-04T18:32:39.249Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Card"];
                 };
             };
@@ -1774,6 +1972,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "deleted": "api-bus",
+                     *       "write_in_flight": false
+                     *     }
+                     */
                     "application/json": components["schemas"]["DestinationDeleted"];
                 };
             };
@@ -1814,6 +2018,69 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "api-bus",
+                     *       "connector": "eventbridge",
+                     *       "account": "acct_1",
+                     *       "status": "active",
+                     *       "target": {
+                     *         "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/api",
+                     *         "role_arn": "arn:aws:iam::111122223333:role/api-role"
+                     *       },
+                     *       "external_id": "relay-6112fff40e38a68269c6640cc9fa178e",
+                     *       "setup": {
+                     *         "kms_statement": null,
+                     *         "permissions_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Action": "events:PutEvents",
+                     *               "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/api"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "principal_arn": "arn:aws:iam::999999999999:role/relay",
+                     *         "trust_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Principal": {
+                     *                 "AWS": "arn:aws:iam::999999999999:role/relay"
+                     *               },
+                     *               "Action": "sts:AssumeRole",
+                     *               "Condition": {
+                     *                 "StringEquals": {
+                     *                   "sts:ExternalId": "relay-6112fff40e38a68269c6640cc9fa178e"
+                     *                 }
+                     *               }
+                     *             }
+                     *           ]
+                     *         }
+                     *       },
+                     *       "consecutive_failures": 0,
+                     *       "last_failure": null,
+                     *       "last_delivery": {
+                     *         "at": "2026-12-04T18:22:39.439Z",
+                     *         "event_id": "fetcher.job.completed.0190f2a4-5555-7000-8000-000000000199"
+                     *       },
+                     *       "disabled": null,
+                     *       "failing": null,
+                     *       "pending": null,
+                     *       "sequence": 206,
+                     *       "lag": {
+                     *         "events": 0,
+                     *         "events_at_least": false,
+                     *         "oldest_undelivered_at": null,
+                     *         "oldest_undelivered_age_seconds": 0
+                     *       },
+                     *       "replayable_from": "2026-12-03T18:22:40Z",
+                     *       "managed_by": "api",
+                     *       "created_at": "2026-12-04T18:22:39.12Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Card"];
                 };
             };
@@ -1846,6 +2113,67 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "orders-bus",
+                     *       "connector": "eventbridge",
+                     *       "account": "acct_1",
+                     *       "status": "paused",
+                     *       "target": {
+                     *         "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+                     *         "role_arn": "arn:aws:iam::111122223333:role/mercamap-delivery"
+                     *       },
+                     *       "external_id": "relay-aac3f7d4ea9404120bbbdb9f99bb8fe9",
+                     *       "setup": {
+                     *         "kms_statement": null,
+                     *         "permissions_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Action": "events:PutEvents",
+                     *               "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/orders"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "principal_arn": "arn:aws:iam::999999999999:role/relay-delivery",
+                     *         "trust_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Principal": {
+                     *                 "AWS": "arn:aws:iam::999999999999:role/relay-delivery"
+                     *               },
+                     *               "Action": "sts:AssumeRole",
+                     *               "Condition": {
+                     *                 "StringEquals": {
+                     *                   "sts:ExternalId": "relay-aac3f7d4ea9404120bbbdb9f99bb8fe9"
+                     *                 }
+                     *               }
+                     *             }
+                     *           ]
+                     *         }
+                     *       },
+                     *       "consecutive_failures": 0,
+                     *       "last_failure": null,
+                     *       "last_delivery": null,
+                     *       "disabled": null,
+                     *       "failing": null,
+                     *       "pending": null,
+                     *       "sequence": 1,
+                     *       "lag": {
+                     *         "events": 0,
+                     *         "events_at_least": false,
+                     *         "oldest_undelivered_at": null,
+                     *         "oldest_undelivered_age_seconds": 0
+                     *       },
+                     *       "replayable_from": "2026-12-03T18:22:24Z",
+                     *       "managed_by": "config",
+                     *       "created_at": "2026-12-04T18:22:23.517Z",
+                     *       "write_in_flight": false
+                     *     }
+                     */
                     "application/json": components["schemas"]["ChangedCard"];
                 };
             };
@@ -1885,6 +2213,70 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "orders-bus",
+                     *       "connector": "eventbridge",
+                     *       "account": "acct_1",
+                     *       "status": "active",
+                     *       "target": {
+                     *         "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+                     *         "role_arn": "arn:aws:iam::111122223333:role/mercamap-delivery"
+                     *       },
+                     *       "external_id": "relay-9c609a7b2d0047d41b9f5f195f83ff16",
+                     *       "setup": {
+                     *         "kms_statement": null,
+                     *         "permissions_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Action": "events:PutEvents",
+                     *               "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/orders"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "principal_arn": "arn:aws:iam::999999999999:role/relay-delivery",
+                     *         "trust_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Principal": {
+                     *                 "AWS": "arn:aws:iam::999999999999:role/relay-delivery"
+                     *               },
+                     *               "Action": "sts:AssumeRole",
+                     *               "Condition": {
+                     *                 "StringEquals": {
+                     *                   "sts:ExternalId": "relay-9c609a7b2d0047d41b9f5f195f83ff16"
+                     *                 }
+                     *               }
+                     *             }
+                     *           ]
+                     *         }
+                     *       },
+                     *       "consecutive_failures": 0,
+                     *       "last_failure": null,
+                     *       "last_delivery": {
+                     *         "at": "2026-12-04T18:23:03.644Z",
+                     *         "event_id": "fetcher.job.completed.job-00005"
+                     *       },
+                     *       "disabled": null,
+                     *       "failing": null,
+                     *       "pending": null,
+                     *       "sequence": 11,
+                     *       "lag": {
+                     *         "events": 0,
+                     *         "events_at_least": false,
+                     *         "oldest_undelivered_at": null,
+                     *         "oldest_undelivered_age_seconds": 0
+                     *       },
+                     *       "replayable_from": "2026-12-03T18:23:04Z",
+                     *       "managed_by": "config",
+                     *       "created_at": "2026-12-04T18:23:03.573Z",
+                     *       "write_in_flight": false
+                     *     }
+                     */
                     "application/json": components["schemas"]["ChangedCard"];
                 };
             };
@@ -1916,6 +2308,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "message": "delivered",
+                     *       "outcome": "delivered"
+                     *     }
+                     */
                     "application/json": components["schemas"]["TestResult"];
                 };
             };
@@ -1956,6 +2354,73 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "orders-bus",
+                     *       "connector": "eventbridge",
+                     *       "account": "acct_1",
+                     *       "status": "active",
+                     *       "target": {
+                     *         "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+                     *         "role_arn": "arn:aws:iam::111122223333:role/mercamap-delivery"
+                     *       },
+                     *       "external_id": "relay-9c609a7b2d0047d41b9f5f195f83ff16",
+                     *       "setup": {
+                     *         "kms_statement": null,
+                     *         "permissions_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Action": "events:PutEvents",
+                     *               "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/orders"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "principal_arn": "arn:aws:iam::999999999999:role/relay-delivery",
+                     *         "trust_policy": {
+                     *           "Version": "2012-10-17",
+                     *           "Statement": [
+                     *             {
+                     *               "Effect": "Allow",
+                     *               "Principal": {
+                     *                 "AWS": "arn:aws:iam::999999999999:role/relay-delivery"
+                     *               },
+                     *               "Action": "sts:AssumeRole",
+                     *               "Condition": {
+                     *                 "StringEquals": {
+                     *                   "sts:ExternalId": "relay-9c609a7b2d0047d41b9f5f195f83ff16"
+                     *                 }
+                     *               }
+                     *             }
+                     *           ]
+                     *         }
+                     *       },
+                     *       "consecutive_failures": 0,
+                     *       "last_failure": null,
+                     *       "last_delivery": {
+                     *         "at": "2026-12-04T18:23:03.588Z",
+                     *         "event_id": "fetcher.job.completed.job-00003"
+                     *       },
+                     *       "disabled": null,
+                     *       "failing": null,
+                     *       "pending": null,
+                     *       "sequence": 4,
+                     *       "lag": {
+                     *         "events": 3,
+                     *         "events_at_least": false,
+                     *         "oldest_undelivered_at": "2026-12-04T18:23:03.587Z",
+                     *         "oldest_undelivered_age_seconds": 0.017964292
+                     *       },
+                     *       "replayable_from": "2026-12-03T18:23:04Z",
+                     *       "managed_by": "config",
+                     *       "created_at": "2026-12-04T18:23:03.573Z",
+                     *       "replay": {
+                     *         "cursor": "0-0",
+                     *         "pending": false
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["ReplayedCard"] | components["schemas"]["ReplayDryRun"];
                 };
             };
@@ -1996,6 +2461,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "disabled": [
+                     *         "orders-bus",
+                     *         "orders-stream"
+                     *       ],
+                     *       "writes_in_flight": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["DisableResult"];
                 };
             };
@@ -2032,6 +2506,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "attempts": [],
+                     *       "next": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["AttemptPage"];
                 };
             };
@@ -2065,6 +2545,31 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "attempt": {
+                     *         "n": 1,
+                     *         "at": "2026-12-04T18:15:36.565Z",
+                     *         "event_id": "fetcher.job.completed.job-00001",
+                     *         "outcome": "delivered",
+                     *         "message": "delivered"
+                     *       },
+                     *       "sent": {
+                     *         "connector": "eventbridge",
+                     *         "eventbridge": {
+                     *           "event_bus_name": "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+                     *           "source": "com.mercamap",
+                     *           "detail_type": "job.completed",
+                     *           "detail": "{\"id\":\"msg_265336b5fd105a9b260c41e3\",\"type\":\"job.completed\",\"data\":{\"jobId\":\"job-00001\"},\"event_id\":\"fetcher.job.completed.job-00001\",\"created_at\":\"2026-12-04T18:15:36.554853782Z\"}",
+                     *           "time": "2026-12-04T18:15:36.554853782Z"
+                     *         }
+                     *       },
+                     *       "answer": {
+                     *         "outcome": "delivered",
+                     *         "message": "delivered"
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["AttemptDetail"];
                 };
             };
@@ -2098,6 +2603,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "attempt": 4,
+                     *       "retry_of": 1,
+                     *       "event_id": "fetcher.job.completed.0190f2a4-5555-7000-8000-000000000000"
+                     *     }
+                     */
                     "application/json": components["schemas"]["RetryQueued"];
                 };
             };
@@ -2130,6 +2642,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "from": "2026-12-03T18:16:00Z",
+                     *       "step_seconds": 60,
+                     *       "delivered": [
+                     *         0,
+                     *         0,
+                     *         0,
+                     *         0,
+                     *         0,
+                     *         1
+                     *       ],
+                     *       "failed": [
+                     *         0,
+                     *         0,
+                     *         0,
+                     *         0,
+                     *         0,
+                     *         1
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["Minutes"];
                 };
             };
@@ -2156,6 +2690,34 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "accounts": [
+                     *         {
+                     *           "id": "acct_1",
+                     *           "tenants": [
+                     *             "single-tenant"
+                     *           ],
+                     *           "sources": [],
+                     *           "store_id_path": "",
+                     *           "managed_by": "config",
+                     *           "destinations": 1,
+                     *           "created_at": null
+                     *         },
+                     *         {
+                     *           "id": "acct_9",
+                     *           "tenants": [
+                     *             "t9"
+                     *           ],
+                     *           "sources": [],
+                     *           "store_id_path": "",
+                     *           "managed_by": "api",
+                     *           "destinations": 0,
+                     *           "created_at": "2026-12-04T18:23:03.014Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["AccountList"];
                 };
             };
@@ -2193,6 +2755,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "acct_new",
+                     *       "tenants": [
+                     *         "t-new"
+                     *       ],
+                     *       "sources": [],
+                     *       "store_id_path": "",
+                     *       "managed_by": "api",
+                     *       "destinations": 0,
+                     *       "created_at": "2026-12-04T18:32:25.404Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Account"];
                 };
             };
@@ -2222,6 +2797,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "acct_new",
+                     *       "tenants": [
+                     *         "t-new"
+                     *       ],
+                     *       "sources": [],
+                     *       "store_id_path": "",
+                     *       "managed_by": "api",
+                     *       "destinations": 0,
+                     *       "created_at": "2026-12-04T18:32:25.404Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Account"];
                 };
             };
@@ -2250,6 +2838,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "deleted": "acct_9"
+                     *     }
+                     */
                     "application/json": components["schemas"]["AccountDeleted"];
                 };
             };
@@ -2291,6 +2884,20 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "acct_new",
+                     *       "tenants": [
+                     *         "t-new",
+                     *         "t-new-eu"
+                     *       ],
+                     *       "sources": [],
+                     *       "store_id_path": "",
+                     *       "managed_by": "api",
+                     *       "destinations": 0,
+                     *       "created_at": "2026-12-04T18:32:25.404Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Account"];
                 };
             };
@@ -2321,6 +2928,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "url": "http://127.0.0.1:38143/console/#code=rlc.YWNjdF8x.h1R_t0xZCO7xLgUW0lyrjRGrxtR3OguQLhl5eAqw-x8",
+                     *       "expires_at": "2026-12-04T18:28:13.28Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["SignInLink"];
                 };
             };
@@ -2384,6 +2997,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "token": "rls.YWNjdF8x.FiWdlbt5jFEkVg1RY5hXA5XXACMMHPrNl6phJW0Wql8",
+                     *       "scope": "account:acct_1",
+                     *       "expires_at": "2026-12-05T02:23:13.281Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Session"];
                 };
             };
@@ -2437,6 +3057,66 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "channel": "destination:orders-bus",
+                     *       "sequence": 0,
+                     *       "cursor": "0",
+                     *       "data": {
+                     *         "destination": {
+                     *           "id": "orders-bus",
+                     *           "connector": "eventbridge",
+                     *           "account": "acct_1",
+                     *           "status": "active",
+                     *           "target": {
+                     *             "bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/orders",
+                     *             "role_arn": "arn:aws:iam::111122223333:role/mercamap-delivery"
+                     *           },
+                     *           "external_id": "relay-aac3f7d4ea9404120bbbdb9f99bb8fe9",
+                     *           "setup": {
+                     *             "kms_statement": null,
+                     *             "permissions_policy": {
+                     *               "Version": "2012-10-17",
+                     *               "Statement": [
+                     *                 {
+                     *                   "Effect": "Allow",
+                     *                   "Action": "events:PutEvents",
+                     *                   "Resource": "arn:aws:events:us-east-1:111122223333:event-bus/orders"
+                     *                 }
+                     *               ]
+                     *             },
+                     *             "principal_arn": "arn:aws:iam::999999999999:role/relay-delivery",
+                     *             "trust_policy": {
+                     *               "Version": "2012-10-17",
+                     *               "Statement": [
+                     *                 {
+                     *                   "Effect": "Allow",
+                     *                   "Principal": {
+                     *                     "AWS": "arn:aws:iam::999999999999:role/relay-delivery"
+                     *                   },
+                     *                   "Action": "sts:AssumeRole",
+                     *                   "Condition": {
+                     *                     "StringEquals": {
+                     *                       "sts:ExternalId": "relay-aac3f7d4ea9404120bbbdb9f99bb8fe9"
+                     *                     }
+                     *                   }
+                     *                 }
+                     *               ]
+                     *             }
+                     *           },
+                     *           "consecutive_failures": 0,
+                     *           "last_failure": null,
+                     *           "last_delivery": null,
+                     *           "disabled": null,
+                     *           "failing": null,
+                     *           "pending": null,
+                     *           "sequence": 0,
+                     *           "managed_by": "config",
+                     *           "created_at": "2026-12-04T18:22:23.517Z"
+                     *         }
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["Snapshot"];
                 };
             };
@@ -2472,6 +3152,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "events": [],
+                     *       "cursor": "0",
+                     *       "more": false
+                     *     }
+                     */
                     "application/json": components["schemas"]["EventPage"];
                 };
             };
@@ -2507,9 +3194,13 @@ export interface operations {
                 };
                 content: {
                     /**
-                     * @example id: 43
+                     * @example id: 7
                      *     event: delivery.succeeded
-                     *     data: {"id":"destination:orders-bus:43","sequence":43,"type":"delivery.succeeded","time":"2026-12-04T10:00:00.001Z","data":{"destination":"orders-bus","event_id":"fetcher.job.completed.job-00001","class":"delivered","message_id":"m-1","state":{"last_delivery":{"at":"2026-12-04T10:00:00.001Z","event_id":"fetcher.job.completed.job-00001"}}}}
+                     *     data: {"id":"destination:dst_f3bc9693334aefe9:7","sequence":7,"type":"delivery.succeeded","time":"2026-12-04T18:31:47.878Z","data":{"class":"delivered","destination":"dst_f3bc9693334aefe9","event_id":"relay.test.3da2e51c3770690b","message":"delivered","message_id":"msg_fa91c004b42622a06d9318b6","state":{"last_delivery":{"at":"2026-12-04T18:31:47.878Z","event_id":"relay.test.3da2e51c3770690b"}},"test":true}}
+                     *
+                     *     id: 8
+                     *     event: destination.paused
+                     *     data: {"id":"destination:dst_f3bc9693334aefe9:8","sequence":8,"type":"destination.paused","time":"2026-12-04T18:31:47.893Z","data":{"state":{"failing":null,"consecutive_failures":0,"disabled":null,"status":"paused","pending":null,"last_delivery":{"at":"2026-12-04T18:31:47.878Z","event_id":"relay.test.3da2e51c3770690b"},"last_failure":null},"destination":"dst_f3bc9693334aefe9","reason":""}}
                      */
                     "text/event-stream": string;
                 };
@@ -2542,9 +3233,13 @@ export interface operations {
                 };
                 content: {
                     /**
-                     * @example id: destination:orders-bus 43
-                     *     event: destination.paused
-                     *     data: {"id":"destination:orders-bus:43","sequence":43,"type":"destination.paused","time":"2026-12-04T10:00:00.001Z","data":{"destination":"orders-bus","reason":"paused through the api","state":{"status":"paused","consecutive_failures":0,"last_failure":null,"last_delivery":null,"disabled":null,"failing":null,"pending":null}}}
+                     * @example id: destination:dst_f3bc9693334aefe9 9
+                     *     event: destination.activated
+                     *     data: {"id":"destination:dst_f3bc9693334aefe9:9","sequence":9,"type":"destination.activated","time":"2026-12-04T18:32:33.206Z","data":{"state":{"failing":null,"consecutive_failures":0,"disabled":null,"status":"active","pending":null,"last_delivery":{"at":"2026-12-04T18:31:47.878Z","event_id":"relay.test.3da2e51c3770690b"},"last_failure":null},"destination":"dst_f3bc9693334aefe9","reason":""}}
+                     *
+                     *     id: account:acct_demo 14
+                     *     event: destination.activated
+                     *     data: {"id":"account:acct_demo:14","sequence":14,"type":"destination.activated","time":"2026-12-04T18:32:33.206Z","data":{"state":{"failing":null,"consecutive_failures":0,"disabled":null,"status":"active","pending":null,"last_delivery":{"at":"2026-12-04T18:31:47.878Z","event_id":"relay.test.3da2e51c3770690b"},"last_failure":null},"destination":"dst_f3bc9693334aefe9","reason":""}}
                      */
                     "text/event-stream": string;
                 };
