@@ -111,24 +111,30 @@ Both read the config for redis: and delivery.lease_ttl (how long a heartbeat cou
 		}
 		return st, cfg.Delivery.LeaseTTL, nil
 	}
+	// withStore runs do with the deployment's Redis, bounded like check-config's look.
+	withStore := func(c *cobra.Command, do func(ctx context.Context, st *store.Store, ttl time.Duration) error) error {
+		st, ttl, err := open(c.Context())
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		ctx, cancel := context.WithTimeout(c.Context(), redisCheckTimeout)
+		defer cancel()
+		return do(ctx, st, ttl)
+	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Each live replica and its release, the state format in force and what is pending",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			st, ttl, err := open(c.Context())
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			ctx, cancel := context.WithTimeout(c.Context(), redisCheckTimeout)
-			defer cancel()
-			s, err := upgrade.ReadStatus(ctx, st, ttl)
-			if err != nil {
-				return err
-			}
-			printStatus(e.stdout, s, thisRelease(), time.Now())
-			return nil
+			return withStore(c, func(ctx context.Context, st *store.Store, ttl time.Duration) error {
+				s, err := upgrade.ReadStatus(ctx, st, ttl)
+				if err != nil {
+					return err
+				}
+				printStatus(e.stdout, s, thisRelease(), time.Now())
+				return nil
+			})
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -136,19 +142,14 @@ Both read the config for redis: and delivery.lease_ttl (how long a heartbeat cou
 		Short: "Switch the deployment to this release's newest state format now",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			st, ttl, err := open(c.Context())
-			if err != nil {
+			return withStore(c, func(ctx context.Context, st *store.Store, ttl time.Duration) error {
+				said, err := upgrade.Finish(ctx, st, ttl, thisRelease())
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(e.stdout, said)
 				return err
-			}
-			defer st.Close()
-			ctx, cancel := context.WithTimeout(c.Context(), redisCheckTimeout)
-			defer cancel()
-			said, err := upgrade.Finish(ctx, st, ttl, thisRelease())
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintln(e.stdout, said)
-			return err
+			})
 		},
 	})
 	return cmd

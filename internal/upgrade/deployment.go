@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -99,18 +100,8 @@ func ReadStatus(ctx context.Context, st *store.Store, ttl time.Duration) (Status
 		s.Replicas = append(s.Replicas, Replica{Owner: owner, Seen: live[owner],
 			Release: Release{Version: Unnumbered, Reads: []int{1}, Writes: []int{1}}})
 	}
-	slices.SortFunc(s.Replicas, func(a, b Replica) int { return compareStrings(a.Owner, b.Owner) })
+	slices.SortFunc(s.Replicas, func(a, b Replica) int { return strings.Compare(a.Owner, b.Owner) })
 	return s, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Waiting names the live replicas that cannot read format f: the ones a switch to f
@@ -140,18 +131,7 @@ func (s Status) Pending(me Release) string {
 	for i, r := range waiting {
 		names[i] = fmt.Sprintf("%s (relay %s, reads format %s)", r.Owner, Label(r.Release.Version), formats(r.Release.Reads))
 	}
-	return fmt.Sprintf("the switch to state format %d waits for %d replica(s) that cannot read it: %s; it happens by itself once their heartbeats lapse", target, len(waiting), joinComma(names))
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
+	return fmt.Sprintf("the switch to state format %d waits for %d replica(s) that cannot read it: %s; it happens by itself once their heartbeats lapse", target, len(waiting), strings.Join(names, ", "))
 }
 
 // announce writes owner's heartbeat entry (what it runs, and now) and drops the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,6 +194,6 @@ func mastersOf(ctx context.Context, rdb redis.UniversalClient) ([]master, error)
 		out = append(out, master{addr: c.Options().Addr, client: c})
 		return nil
 	})
-	slices.SortFunc(out, func(a, b master) int { return compareStrings(a.addr, b.addr) })
+	slices.SortFunc(out, func(a, b master) int { return strings.Compare(a.addr, b.addr) })
 	return out, err
 }

@@ -76,17 +76,7 @@ func start(t *testing.T, st *store.Store, owner string, r Release) (*replica, er
 	rep.cancel = cancel
 	rep.done.Add(2)
 	go func() { defer rep.done.Done(); rep.k.Run(ctx) }()
-	go func() { // the lease heartbeat
-		defer rep.done.Done()
-		for ctx.Err() == nil {
-			_, _ = st.Heartbeat(ctx, owner, ttl)
-			select {
-			case <-ctx.Done():
-			case <-time.After(ttl / 3):
-			}
-		}
-		_ = st.Leave(context.Background(), owner)
-	}()
+	go func() { defer rep.done.Done(); leaseHeartbeat(ctx, st, owner) }()
 	t.Cleanup(rep.stop)
 	return rep, nil
 }
@@ -98,25 +88,29 @@ func (r *replica) stop() {
 	}
 }
 
-// unnumbered beats a heartbeat with no version, as b01080b's replicas do, until the test ends.
-func unnumbered(t *testing.T, st *store.Store, owner string) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			_, _ = st.Heartbeat(ctx, owner, ttl)
-			select {
-			case <-ctx.Done():
-			case <-time.After(ttl / 3):
-			}
+// leaseHeartbeat beats owner's lease heartbeat as dispatch does (every ttl/3) until ctx
+// ends, then leaves.
+func leaseHeartbeat(ctx context.Context, st *store.Store, owner string) {
+	for ctx.Err() == nil {
+		_, _ = st.Heartbeat(ctx, owner, ttl)
+		select {
+		case <-ctx.Done():
+		case <-time.After(ttl / 3):
 		}
-		_ = st.Leave(context.Background(), owner)
-	}()
+	}
+	_ = st.Leave(context.Background(), owner)
+}
+
+// unnumbered beats a heartbeat with no version, as b01080b's replicas do, until stop
+// (or the test's end).
+func unnumbered(t *testing.T, st *store.Store, owner string) (stop func()) {
 	if _, err := st.Heartbeat(context.Background(), owner, ttl); err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); leaseHeartbeat(ctx, st, owner) }()
 	stop = func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return stop
