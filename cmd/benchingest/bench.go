@@ -19,6 +19,7 @@ import (
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/signature"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // tenant is the producer tenant of every event; the router sends it to the run's account.
@@ -270,7 +271,7 @@ func (b *bench) relay(ctx context.Context, exchange, account string, msgs []mess
 	if err := waitUntil(ctx, func() bool { return testutil.ToFloat64(metrics.Acked) >= n }); err != nil {
 		return phase{}, fmt.Errorf("relay acked %.0f of %.0f: %w", testutil.ToFloat64(metrics.Acked), n, err)
 	}
-	logLen, err := b.st.Client().XLen(ctx, "relay:{"+account+"}:log").Result()
+	logLen, err := b.st.Client().XLen(ctx, storetest.LogKey(account)).Result()
 	if err != nil {
 		return phase{}, fmt.Errorf("XLEN: %w", err)
 	}
@@ -319,7 +320,7 @@ func (b *bench) cleanup(name, account string) {
 		}
 		return
 	}
-	iter := rdb.Scan(ctx, 0, "relay:{"+account+"}:*", 1000).Iterator()
+	iter := rdb.Scan(ctx, 0, storetest.AccountPattern(account), 1000).Iterator()
 	var keys []string
 	flush := func() {
 		if len(keys) > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/jobevent"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // The API rows (issue 31): destinations made through the API by 8 clients on one
@@ -96,7 +97,7 @@ destinations: []
 		res.err = err.Error()
 		return
 	}
-	trust := func(acct, id, role string) { e.trustStored(ctx, rdb, role, "relay:{"+acct+"}:dest:"+id) }
+	trust := func(acct, id, role string) { e.trustStored(ctx, rdb, role, storetest.DestKey(acct, id)) }
 	starts := 0
 	start := func() (*replica, error) {
 		starts++ // each start logs to its own file: the restart keeps the first run's log
@@ -180,8 +181,8 @@ destinations: []
 		if !waitCount(ctx, e.bus, base, 1, 30*time.Second) {
 			// Where it stopped: the event in the account's log or not (routing), and the
 			// destination's state (its setup check, its cursor).
-			inLog := rdb.XLen(ctx, "relay:{"+acct+"}:log").Val()
-			st := rdb.HGetAll(ctx, "relay:{"+acct+"}:dest:"+id).Val()
+			inLog := rdb.XLen(ctx, storetest.LogKey(acct)).Val()
+			st := rdb.HGetAll(ctx, storetest.DestKey(acct, id)).Val()
 			res.err = fmt.Sprintf("probe %d: no delivery within 30 s of the create (the account's log holds %d events; destination status %q, cursor %q, pending %q; logs in %s)",
 				k, inLog, st["status"], st["cursor"], st["pending"], e.stateDir)
 			rep.kill(syscall.SIGTERM)

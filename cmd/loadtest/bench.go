@@ -26,6 +26,7 @@ import (
 	"github.com/mercamap/relay/internal/benchkit"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // defaultRuns are the rows issue 23's and issue 30's aims are judged on, and no other:
@@ -364,7 +365,7 @@ func (e *benchEnv) bareReps(ctx context.Context, r benchRun, idx int) []*bareRes
 
 // benchLogKey is the bench account's log (internal/store keys.go: relay:{acct}:log): the
 // ingest row counts what the relay stored there.
-const benchLogKey = "relay:{acct_bench}:log"
+var benchLogKey = storetest.LogKey("acct_bench")
 
 // benchRole is the role of row idx's destination i: one role per destination, one
 // trust policy per role.
@@ -465,7 +466,7 @@ func (e *benchEnv) startBenchRelay(ctx context.Context, r benchRun, idx int, exc
 	// when the role is assumed (the relay stores it at startup), so the first setup check
 	// passes.
 	for i := range r.dests {
-		e.trustStored(ctx, rdb, fmt.Sprintf(benchRole, idx, i), fmt.Sprintf("relay:{acct_bench}:dest:d%d", i))
+		e.trustStored(ctx, rdb, fmt.Sprintf(benchRole, idx, i), storetest.DestKey("acct_bench", fmt.Sprintf("d%d", i)))
 	}
 	bin := e.relayBin
 	if r.baseline != "" {
@@ -586,7 +587,7 @@ func waitCommitted(ctx context.Context, rdb redis.UniversalClient, id string, wi
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		last, err := rdb.XRevRangeN(ctx, benchLogKey, "+", "-", 1).Result()
-		if err == nil && len(last) == 1 && rdb.HGet(ctx, "relay:{acct_bench}:dest:"+id, "cursor").Val() == last[0].ID {
+		if err == nil && len(last) == 1 && rdb.HGet(ctx, storetest.DestKey("acct_bench", id), "cursor").Val() == last[0].ID {
 			return true
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -625,7 +626,7 @@ func destinationMemory(ctx context.Context, rdb redis.UniversalClient, acct, id 
 	var mu sync.Mutex
 	var out []keyMemory
 	err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error {
-		iter := m.Scan(ctx, 0, "relay:{"+acct+"}:*", 1000).Iterator()
+		iter := m.Scan(ctx, 0, storetest.AccountPattern(acct), 1000).Iterator()
 		for iter.Next(ctx) {
 			share := destKeyShare(iter.Val(), acct, id, dests)
 			if share == 0 {
@@ -690,7 +691,7 @@ func keysMemory(ctx context.Context, rdb redis.UniversalClient, pattern string) 
 // card, lease, attempts, retries, its channel and the channel's counter), 1/dests of
 // the account's channel and its counter, none of the rest.
 func destKeyShare(key, acct, id string, dests int) float64 {
-	prefix := "relay:{" + acct + "}:"
+	prefix := storetest.AccountPrefix(acct)
 	switch {
 	case !strings.HasPrefix(key, prefix):
 		return 0
@@ -789,7 +790,7 @@ func (e *benchEnv) timedIngest(ctx context.Context, r benchRun, k, relayPID int,
 	}
 	one.memGrowth = mem1 - mem0
 	// The markers' share: they are kept for the dedup window, the log for the replay window.
-	if one.dedupSize, err = keysMemory(ctx, rdb, "relay:{acct_bench}:dd*"); err != nil {
+	if one.dedupSize, err = keysMemory(ctx, rdb, storetest.DedupKey("acct_bench")+"*"); err != nil {
 		return one, "MEMORY USAGE: " + err.Error()
 	}
 	if one.logLen, err = rdb.XLen(ctx, benchLogKey).Result(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/benchkit"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // The aims of issue 23, judged by judgeAims.
@@ -349,7 +350,7 @@ func (r benchResult) destBytes() float64 {
 func (r benchResult) destKeys() string {
 	var s []string
 	for _, k := range r.destMemory[:min(len(r.destMemory), 4)] {
-		s = append(s, fmt.Sprintf("%s %.1f KB", strings.TrimPrefix(k.key, "relay:{acct_bench}:"), k.bytes/1024))
+		s = append(s, fmt.Sprintf("%s %.1f KB", strings.TrimPrefix(k.key, storetest.AccountPrefix("acct_bench")), k.bytes/1024))
 	}
 	if len(r.destMemory) > 4 {
 		s = append(s, fmt.Sprintf("%d more keys", len(r.destMemory)-4))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // A pending destination made active delivers at once, on whichever replica holds its
@@ -97,7 +98,7 @@ func pendingMadeActive(t *testing.T, askOf string, act activation) {
 	// Three events arrive while the role does not trust us yet.
 	rs.publish(0, 3, 16)
 	waitUntil(t, 30*time.Second, "the three events in the account's log", func() bool {
-		return st.Client().XLen(ctx, "relay:{acct_1}:log").Val() == 3
+		return st.Client().XLen(ctx, storetest.LogKey("acct_1")).Val() == 3
 	})
 	// One replica holds the lease, and its worker ran the first setup check, which
 	// failed: the card is pending, its next check 10 minutes away.

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/mercamap/relay/internal/console"
 	"github.com/mercamap/relay/internal/signin"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // TestConsoleSignInLinksRefuseEveryBadUseInWords: the platform mints a link for an
@@ -70,8 +69,7 @@ func TestConsoleSignInLinksRefuseEveryBadUseInWords(t *testing.T) {
 	// clock); here that moment is brought forward.
 	expired := r.mintLink(r.apis[0], "acct_1")
 	_, code, _ := strings.Cut(expired, "#code=")
-	digest := sha256.Sum256([]byte(code))
-	key := "relay:{acct_1}:signin:" + hex.EncodeToString(digest[:])
+	key := storetest.SignInCodeKey("acct_1", code)
 	if n := rdb.Exists(t.Context(), key).Val(); n != 1 {
 		t.Fatalf("the link's code is not in Redis as %s", key)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // floodWindow is how long each half of the replay loop runs (the 30 s, split).
@@ -36,8 +37,8 @@ func TestAnAccountLoopingReplaysActivationsAndRetriesGrowsRedisLittleAndSendsThe
 	defer st.Close()
 	ctx := context.Background()
 	settled := func() bool { // every event ended at the bus, no write in flight
-		h, err := st.Client().HMGet(ctx, "relay:{acct_1}:dest:orders-bus", "cursor", "writing").Result()
-		last, _ := st.LastLogID(ctx, "acct_1")
+		h, err := st.Client().HMGet(ctx, storetest.DestKey("acct_1", "orders-bus"), "cursor", "writing").Result()
+		last, _ := storetest.LastLogID(ctx, st.Client(), "acct_1")
 		return err == nil && h[0] == last && h[1] == nil
 	}
 	waitUntil(t, 60*time.Second, "the log at the bus", func() bool { return len(rs.bus.Entries()) >= logged && settled() })

@@ -25,6 +25,7 @@ import (
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -395,7 +396,7 @@ func TestAPauseAnsweredByOneReplicaStopsTheOthersWritesAtOnce(t *testing.T) {
 
 	rs.bus.LetWaiting() // the write in flight ends; any later one would be held, and counted
 	waitUntil(t, 30*time.Second, "the write in flight committed", func() bool {
-		h, err := rdb.HMGet(ctx, "relay:{acct_1}:dest:orders-bus", "writing", "attempts").Result()
+		h, err := rdb.HMGet(ctx, storetest.DestKey("acct_1", "orders-bus"), "writing", "attempts").Result()
 		return err == nil && h[0] == nil && h[1] == "2"
 	})
 	// The worker's next step: the next event of its batch refused by the fence, or its
@@ -482,7 +483,7 @@ func (rs *replicaSet) holdWrites(nth int) (rdb redis.UniversalClient, holder, pi
 	t.Cleanup(rs.bus.Release)
 	rs.publish(0, 10, 16)
 	waitUntil(t, 30*time.Second, "all ten events in the account's log", func() bool {
-		return rdb.XLen(ctx, "relay:{acct_1}:log").Val() == 10
+		return rdb.XLen(ctx, storetest.LogKey("acct_1")).Val() == 10
 	})
 	for n := 1; n <= nth; n++ {
 		if n > 1 {
@@ -526,7 +527,7 @@ func (rs *replicaSet) pauseSaysWriteInFlight(i int, why string) {
 // leasePID reads the process id out of a lease value "<host>-<pid>-<rand>|<token>".
 // leaseOf is the live holder of a destination's lease as "owner|token" ("" when none).
 func leaseOf(st *store.Store, acct, id string) (string, error) {
-	owner, token, err := st.LeaseHolder(context.Background(), store.Ref{Account: acct, ID: id})
+	owner, token, err := storetest.LeaseHolder(context.Background(), st.Client(), acct, id)
 	if err != nil || owner == "" {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mercamap/relay/internal/api/apitest"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // busDest is the replica set's one destination, as the API names it.
@@ -72,7 +73,7 @@ func TestARejectedEventIsRetriedByAttemptNumberAndArrivesOutsideTheOrderedStream
 	defer st.Close()
 	waitUntil(t, 30*time.Second, "the cursor at the last live event", func() bool {
 		s, err := st.LoadState(context.Background(), store.Ref{Account: "acct_1", ID: "orders-bus"})
-		last, _ := st.LastLogID(context.Background(), "acct_1")
+		last, _ := storetest.LastLogID(context.Background(), st.Client(), "acct_1")
 		return err == nil && s.Cursor == last && s.ConsecutiveFailures == 0
 	})
 }
@@ -109,8 +110,8 @@ func TestAReplayAskedOfTheReplicaWithoutTheLeaseIsCarriedOutOnceByTheHolder(t *t
 	live := rs.confirmedIDs()[20:]
 	// Every event ended (the cursor at the last one, no write in flight): nothing more comes.
 	waitUntil(t, 60*time.Second, "the live events delivered and committed", func() bool {
-		h, err := st.Client().HMGet(ctx, "relay:{acct_1}:dest:orders-bus", "cursor", "writing").Result()
-		last, _ := st.LastLogID(ctx, "acct_1")
+		h, err := st.Client().HMGet(ctx, storetest.DestKey("acct_1", "orders-bus"), "cursor", "writing").Result()
+		last, _ := storetest.LastLogID(ctx, st.Client(), "acct_1")
 		return err == nil && h[0] == last && h[1] == nil && len(rs.bus.Entries()) >= 45
 	})
 	var got []string

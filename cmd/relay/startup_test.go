@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -152,7 +153,7 @@ destinations:
 	waitUntil(t, 60*time.Second, "/readyz 200 once Redis takes writes", func() bool {
 		return httpDo(t, "GET", base+"/readyz", "").status == 200
 	})
-	if ext := rdb.HGet(t.Context(), "relay:{acct_1}:dest:orders", "external_id").Val(); ext == "" {
+	if ext := rdb.HGet(t.Context(), storetest.DestKey("acct_1", "orders"), "external_id").Val(); ext == "" {
 		t.Errorf("the configured destination has no ExternalId in Redis after the start")
 	}
 }

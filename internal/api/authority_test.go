@@ -17,6 +17,7 @@ import (
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // TestAnOperatorsDisableIsUndoneOnlyByAnAdminToken: clause 12.4. Our team disables a
@@ -126,8 +127,8 @@ func TestARevokedTokenStaysRevokedAfterARestartAndOnAnotherReplica(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(keys, "relay:{api-tokens}:known") {
-		t.Fatalf("no relay:{api-tokens}:known among %v", keys)
+	if !slices.Contains(keys, storetest.TokensKey) {
+		t.Fatalf("no %s among %v", storetest.TokensKey, keys)
 	}
 	for _, k := range keys {
 		dump, err := rdb.Dump(ctx, k).Result()

@@ -21,6 +21,7 @@ import (
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/sinks/eventbridge"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 type listPage struct {
@@ -124,7 +125,7 @@ func TestDestinationListPagesFiltersAndSearches(t *testing.T) {
 		t.Fatalf("the first page of 20 counts %v (matched %d)", s, p.Matched)
 	}
 	// Failing: a warning threshold reached, set as the commit sets it.
-	if err := r.Store.Client().HSet(t.Context(), "relay:{acct_1}:dest:fleet-05", "failing", `{"consecutive_failures":5}`).Err(); err != nil {
+	if err := r.Store.Client().HSet(t.Context(), storetest.DestKey(apitest.Acct1, "fleet-05"), "failing", `{"consecutive_failures":5}`).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if ids, _ := walk(t, r, apitest.AdminToken, url.Values{"status": {"failing"}}); !slices.Equal(ids, []string{"fleet-05"}) {

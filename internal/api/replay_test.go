@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/api/apitest"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 func TestReplayRouteRedeliversInOrderAndRefusesAPointOlderThanTheLog(t *testing.T) {
@@ -70,7 +71,7 @@ func TestAReplayIntoTheTrimmedPartIsRefusedAndOneInTheWindowIsExact(t *testing.T
 	apitest.WaitFor(t, 20*time.Second, "3 deliveries", func() bool { return len(r.Sink.Delivered("orders-bus")) == 3 })
 	// Every destination of acct_1 has delivered them: once past the window they go.
 	apitest.WaitFor(t, 20*time.Second, "the delivered events trimmed from the log", func() bool {
-		n, err := r.Store.Client().XLen(context.Background(), "relay:{acct_1}:log").Result()
+		n, err := r.Store.Client().XLen(context.Background(), storetest.LogKey(apitest.Acct1)).Result()
 		return err == nil && n == 0
 	})
 	a := call(t, "POST", bus+"/replay", apitest.Acct1Token, `{"after_event":"`+old[1]+`"}`)

@@ -13,6 +13,7 @@ import (
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // TestRetryRouteWritesOneEndedMessageAgainOutsideTheOrderedStream: the bus rejects the
@@ -95,7 +96,7 @@ func TestRetryRouteWritesOneEndedMessageAgainOutsideTheOrderedStream(t *testing.
 	}
 	apitest.WaitFor(t, 20*time.Second, "the cursor at the last live event", func() bool {
 		st, _ := r.Store.LoadState(context.Background(), ref)
-		last, _ := r.Store.LastLogID(context.Background(), apitest.Acct1)
+		last, _ := storetest.LastLogID(context.Background(), r.Store.Client(), apitest.Acct1)
 		return st.Cursor == last
 	})
 

@@ -2,8 +2,6 @@ package api_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,6 +14,7 @@ import (
 	"github.com/mercamap/relay/internal/api/apitest"
 	"github.com/mercamap/relay/internal/config"
 	"github.com/mercamap/relay/internal/signin"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // mintLink asks base for a sign-in link of acct with the admin token, and returns the
@@ -261,8 +260,7 @@ func TestAnExpiredSignInCodeIsRefusedAsAUsedOneIs(t *testing.T) {
 		t.Errorf("the link expires in %s, want api.sign_in_link_ttl's 300ms", d)
 	}
 	// Redis drops the code at its expiry; the exchange comes after that, not after a guess.
-	digest := sha256.Sum256([]byte(code))
-	key := "relay:{acct_1}:signin:" + hex.EncodeToString(digest[:])
+	key := storetest.SignInCodeKey(apitest.Acct1, code)
 	apitest.WaitFor(t, 2*time.Second, "the code to expire in Redis", func() bool {
 		n, err := r.Store.Client().Exists(context.Background(), key).Result()
 		return err == nil && n == 0

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -169,7 +170,7 @@ func waitCommitted(b *testing.B, st *store.Store, dests []destination.Destinatio
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Minute)
 	for _, dest := range dests {
-		last, err := st.LastLogID(ctx, dest.Account)
+		last, err := storetest.LastLogID(ctx, st.Client(), dest.Account)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
 	"github.com/mercamap/relay/internal/waittest"
 )
@@ -178,6 +179,16 @@ func (r *rig) channelTypes(channel string) []string {
 		types = append(types, ev.Type)
 	}
 	return types
+}
+
+// acquireLease takes ref's lease for owner, as another replica's lease round would: the
+// fencing token, or 0 when another holds it.
+func acquireLease(ctx context.Context, st *store.Store, ref store.Ref, owner string, ttl time.Duration) (int64, error) {
+	leases, err := st.AcquireLeases(ctx, []store.Ref{ref}, owner, ttl)
+	if err != nil {
+		return 0, err
+	}
+	return leases[0].Token, nil
 }
 
 // waitFor is waittest.For with the dispatch tests' limit, 20 s.
@@ -489,7 +500,7 @@ func TestEventFilterDeliversOnlyTheListedTypes(t *testing.T) {
 	r.start()
 	ids := r.publish("job.failed", "job.completed", "job.failed", "job.completed", "job.failed")
 	waitFor(t, "the cursor past the last event", func() bool {
-		last, _ := r.store.LastLogID(context.Background(), acct)
+		last, _ := storetest.LastLogID(context.Background(), r.store.Client(), acct)
 		return r.state("orders").Cursor == last
 	})
 	if got, want := sink.got("orders"), []string{ids[1], ids[3]}; !slices.Equal(got, want) {
@@ -534,16 +545,16 @@ func TestStaleLeaseHolderCannotCommit(t *testing.T) {
 	r := newRig(t, newTestSink(nil), bus("orders", "111122223333"))
 	ctx := context.Background()
 	ref := store.Ref{Account: acct, ID: "orders"}
-	old, err := r.store.AcquireLease(ctx, ref, "replica-a", 50*time.Millisecond)
+	old, err := acquireLease(ctx, r.store, ref, "replica-a", 50*time.Millisecond)
 	if err != nil || old == 0 {
 		t.Fatalf("acquire: %d, %v", old, err)
 	}
 	waitFor(t, "the lease to expire", func() bool {
-		tok, err := r.store.AcquireLease(ctx, ref, "replica-b", time.Minute)
+		tok, err := acquireLease(ctx, r.store, ref, "replica-b", time.Minute)
 		return err == nil && tok > old
 	})
 	ids := r.publish("job.completed")
-	last, _ := r.store.LastLogID(ctx, acct)
+	last, _ := storetest.LastLogID(ctx, r.store.Client(), acct)
 	cfg := delivery()
 	_, err = r.store.Commit(ctx, store.Commit{Ref: ref, Token: old, Kind: store.KindDelivered, Cursor: last, EventID: ids[0],
 		DisableAfter: 20, ChannelRetention: cfg.ChannelRetention, AttemptsRetention: cfg.AttemptsRetention})
@@ -729,7 +740,7 @@ func TestReplicasTakeOverADeadReplicasLeaseEvenWhenOthersHoldTheRest(t *testing.
 		t.Fatal(err)
 	}
 	for _, d := range dests {
-		if tok, err := r.store.AcquireLease(ctx, store.Ref{Account: acct, ID: d.ID}, "dead-replica", delivery().LeaseTTL); err != nil || tok == 0 {
+		if tok, err := acquireLease(ctx, r.store, store.Ref{Account: acct, ID: d.ID}, "dead-replica", delivery().LeaseTTL); err != nil || tok == 0 {
 			t.Fatalf("dead replica's lease on %s: %d, %v", d.ID, tok, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/sinks/eventbridge"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // TestPendingDestinationDeliversWhatArrivedBeforeItsRoleExistedOnceTheTrustPolicyIsSet:
@@ -174,7 +175,7 @@ func TestPendingDestinationWhoseRoleLetsAWrongExternalIDInIsMarkedRefusedForSecu
 	if st := r.state("orders"); st.Status != store.Active || st.Pending != nil {
 		t.Fatalf("after the fix: %s, pending %+v; want active, no pending", st.Status, st.Pending)
 	}
-	h, err := r.store.Client().HGet(t.Context(), "relay:{"+acct+"}:dest:orders", "pending_reason").Result()
+	h, err := r.store.Client().HGet(t.Context(), storetest.DestKey(acct, "orders"), "pending_reason").Result()
 	if err == nil {
 		t.Errorf("pending_reason %q left on an active destination", h)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 )
 
 // funcName is the name a goroutine's stack gives fn, taken from the function itself so
@@ -115,10 +116,10 @@ func TestALostLeaseEndsTheWorkerAndFreesItsSlot(t *testing.T) {
 
 	// Another replica takes the lease while the write is in flight.
 	ctx := context.Background()
-	if err := r.store.Client().HDel(ctx, "relay:{"+acct+"}:holders", r.d.opts.Owner).Err(); err != nil { // its hold ends
+	if err := storetest.EndHold(ctx, r.store.Client(), acct, r.d.opts.Owner); err != nil { // its hold ends
 		t.Fatal(err)
 	}
-	if tok, err := r.store.AcquireLease(ctx, store.Ref{Account: acct, ID: "orders"}, "another-replica", time.Minute); err != nil || tok == 0 {
+	if tok, err := acquireLease(ctx, r.store, store.Ref{Account: acct, ID: "orders"}, "another-replica", time.Minute); err != nil || tok == 0 {
 		t.Fatalf("another replica could not take the lease: %d, %v", tok, err)
 	}
 	close(release)
@@ -183,7 +184,7 @@ func TestReadingTheStateAgainWhileCommitsAreBehindSendsNothingTwice(t *testing.T
 	waitFor(t, "the third write held at the sink", func() bool { return writes.Load() == 3 })
 	r.d.touch("orders") // as a retry or a replay asked on this replica does
 	close(release)
-	last, err := r.store.LastLogID(context.Background(), acct)
+	last, err := storetest.LastLogID(context.Background(), r.store.Client(), acct)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
 	"github.com/mercamap/relay/internal/waittest"
 )
@@ -222,7 +223,7 @@ func TestAnEventLeftByADeadReplicaIsPublishedByAnother(t *testing.T) {
 	if len(got) != 1 || got[0].MessageId != held[0].ID {
 		t.Fatalf("mailer got %d messages, want the dead replica's one (%s)", len(got), held[0].ID)
 	}
-	consumers, err := st.Client().XInfoConsumers(context.Background(), "relay:{acct_1}:outbox", "relay").Result()
+	consumers, err := st.Client().XInfoConsumers(context.Background(), storetest.OutboxKey("acct_1"), "relay").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

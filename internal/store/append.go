@@ -377,15 +377,6 @@ func logEntries(msgs []redis.XMessage) ([]LogEntry, error) {
 	return out, nil
 }
 
-// LastLogID is the id of the newest entry of an account's log, "0-0" when it is empty.
-func (s *Store) LastLogID(ctx context.Context, acct string) (string, error) {
-	msgs, err := s.rdb.XRevRangeN(ctx, logKey(acct), "+", "-", 1).Result()
-	if err != nil || len(msgs) == 0 {
-		return "0-0", err
-	}
-	return msgs[0].ID, nil
-}
-
 // LogGroups splits accounts into the groups one FollowLogs may follow together: on one
 // server a single group, on Redis Cluster one group per hash slot (a blocking read may
 // not span slots). Groups come in slot order, accounts sorted within each.

@@ -39,7 +39,7 @@ type CardRead struct {
 	// State is the stored state as of Sequence; nil when the state the caller holds is
 	// still the stored one.
 	State *State
-	// Lag is where the destination stands in its account's log (as DestinationLag).
+	// Lag is where the destination stands in its account's log (as the lag sampler reads it: QueueLag).
 	Lag LagReading
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mercamap/relay/internal/destination"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -143,18 +142,6 @@ func toInt(v any) int64 {
 		return n
 	}
 	return 0
-}
-
-// DestinationLag reads one destination's position (for its card), like the sampler.
-func (s *Store) DestinationLag(ctx context.Context, r Ref) (LagReading, error) {
-	readings, err := LagCmd{lagScript.Run(ctx, s.rdb, lagKeys(r.Account, []string{r.ID}))}.Result()
-	if err != nil {
-		return LagReading{}, err
-	}
-	if len(readings) != 1 || !readings[0].Found {
-		return LagReading{}, destination.ErrNotFound
-	}
-	return readings[0], nil
 }
 
 // IDTime is the time in a log id ("<ms>-<seq>"): when Redis stored the entry.

@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -180,18 +178,6 @@ type Renewal struct {
 	Every       bool
 }
 
-// AcquireLease takes the destination's lease for owner, or renews it when owner holds
-// it already. It returns the fencing token, or 0 when another replica holds the lease.
-// With Options.MinReplicas the token is returned only once that many replicas hold it,
-// so a failover cannot hand the same token to a second holder.
-func (s *Store) AcquireLease(ctx context.Context, r Ref, owner string, ttl time.Duration) (int64, error) {
-	leases, err := s.AcquireLeases(ctx, []Ref{r}, owner, ttl)
-	if err != nil {
-		return 0, err
-	}
-	return leases[0].Token, nil
-}
-
 // AcquireLeases takes owner's leases of refs where free (or owner's already), one
 // script call per account and up to leasesPerCall destinations, pipelined per Redis
 // master; it renews owner's hold of each account on the way.
@@ -359,27 +345,6 @@ func (s *Store) ControlVersions(ctx context.Context, refs []Ref) ([]int64, error
 		out[i], _ = c.Int64()
 	}
 	return out, nil
-}
-
-// holderScript answers the destination's (KEYS[2]) live holder as "owner|token", or ”
-// (KEYS[1] the account's holders hash).
-var holderScript = redis.NewScript(luaHolders + `
-local h = redis.call('HMGET', KEYS[2], 'holder', 'lease_token')
-local who, g = split_holder(h[1])
-if who and live(KEYS[1], who) == g then return who .. '|' .. (h[2] or '0') end
-return ''
-`)
-
-// LeaseHolder names the replica holding the destination's lease and its fencing token
-// ("" and 0 when none does).
-func (s *Store) LeaseHolder(ctx context.Context, r Ref) (string, int64, error) {
-	v, err := holderScript.Run(ctx, s.rdb, []string{holdersKey(r.Account), destKey(r.Account, r.ID)}).Text()
-	if err != nil || v == "" {
-		return "", 0, err
-	}
-	i := strings.LastIndexByte(v, '|')
-	tok, err := strconv.ParseInt(v[i+1:], 10, 64)
-	return v[:i], tok, err
 }
 
 // Heartbeat records owner as a live replica and returns how many replicas are live

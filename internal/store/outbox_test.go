@@ -24,7 +24,7 @@ func testOutboxEntryIsHeldByOneDrainerUntilItIsLeftStale(t *testing.T, s *Store)
 		t.Fatal(err)
 	}
 	// The script wrote the event under the account's hash tag, in its Redis Cluster slot.
-	if n, err := s.Client().XLen(ctx, "relay:{acct_1}:outbox").Result(); err != nil || n != 1 {
+	if n, err := s.Client().XLen(ctx, outboxKey("acct_1")).Result(); err != nil || n != 1 {
 		t.Fatalf("outbox length %d, %v; want 1", n, err)
 	}
 

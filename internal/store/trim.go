@@ -34,6 +34,10 @@ redis.call('XTRIM', KEYS[2], 'MINID', keep)
 return before - redis.call('XLEN', KEYS[1])
 `)
 
+// trimKey marks the account's log as trimmed by some replica until it expires: the
+// others' trims do nothing meanwhile.
+func trimKey(acct string) string { return "relay:{" + acct + "}:trim" }
+
 // TrimLog drops from acct's log the entries older than window that every one of the
 // account's destinations (ids) has delivered: the log keeps the replay window, and
 // beyond it only what some destination still has to deliver. Replicas share the work:
@@ -41,7 +45,7 @@ return before - redis.call('XLEN', KEYS[1])
 // then). It returns the entries dropped.
 func (s *Store) TrimLog(ctx context.Context, acct string, ids []string, window, every time.Duration) (int64, error) {
 	keys := make([]string, 0, 3+len(ids))
-	keys = append(keys, logKey(acct), ordKey(acct), "relay:{"+acct+"}:trim")
+	keys = append(keys, logKey(acct), ordKey(acct), trimKey(acct))
 	for _, id := range ids {
 		keys = append(keys, destKey(acct, id))
 	}

@@ -68,7 +68,7 @@ func TestTheLogIsTrimmedByTheSlowestCursorBeyondTheReplayWindow(t *testing.T) {
 		if n := trim(24 * time.Hour); n != 0 || len(logIDs()) != 10 {
 			t.Fatalf("within the mark's time: %d dropped, %d kept", n, len(logIDs()))
 		}
-		nextRound := func() { st.rdb.Del(ctx, "relay:{"+acct+"}:trim") } // the mark's time is over
+		nextRound := func() { st.rdb.Del(ctx, trimKey(acct)) } // the mark's time is over
 		// The next round: what slow has not delivered stays.
 		nextRound()
 		trim(24 * time.Hour)

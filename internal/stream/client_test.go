@@ -22,6 +22,7 @@ import (
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/stream"
 )
 
@@ -103,7 +104,7 @@ func viewJSON(t *testing.T, w *watcher) string {
 func settle(t *testing.T, r *apitest.Rig, channels ...string) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
-	last, err := r.Store.LastLogID(ctx, apitest.Acct1)
+	last, err := storetest.LastLogID(ctx, r.Store.Client(), apitest.Acct1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,10 @@ func TestACardServedFromTheViewIsTheCardBuiltFreshAfterEachChange(t *testing.T) 
 	// Deliveries and rejections, committed under the other replica's lease.
 	tokens := map[string]int64{}
 	g.each(func(d destination.Destination) (err error) {
-		tokens[d.ID], err = g.other.AcquireLease(ctx, ref(d), "other", time.Minute)
+		var leases []store.Lease
+		if leases, err = g.other.AcquireLeases(ctx, []store.Ref{ref(d)}, "other", time.Minute); err == nil {
+			tokens[d.ID] = leases[0].Token
+		}
 		return err
 	})
 	got, err := g.other.AppendBatch(ctx, []store.Append{{Accounts: []string{"acct_view"},

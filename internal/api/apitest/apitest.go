@@ -25,6 +25,7 @@ import (
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/lag"
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/stream"
 	"github.com/mercamap/relay/internal/testpeer"
 	"github.com/mercamap/relay/internal/waittest"
@@ -216,7 +217,7 @@ func New(t testing.TB, opts Options) *Rig {
 		// The rig's destinations were set up and active before this run, as in a Redis
 		// a relay has used: they keep that status (and their channels start empty).
 		for _, d := range cfg.Destinations {
-			if err := st.Client().HSet(context.Background(), "relay:{"+d.Account+"}:dest:"+d.ID, "status", store.Active).Err(); err != nil {
+			if err := st.Client().HSet(context.Background(), storetest.DestKey(d.Account, d.ID), "status", store.Active).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
