@@ -1515,6 +1515,12 @@ export interface operations {
                     "text/css": string;
                     /** @example <!doctype html> */
                     "text/html": string;
+                    /**
+                     * @example {
+                     *       "disable_after": 20
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
                 };
             };
             /** @description Not modified since the copy the browser holds. */
