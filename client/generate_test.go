@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	apidoc "github.com/mercamap/relay/api"
 )
 
 // TestTheTypesAreGeneratedFromTheDocumentAsItIs: types.gen.go is what the pinned
@@ -36,5 +38,33 @@ func TestTheTypesAreGeneratedFromTheDocumentAsItIs(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Error("client/types.gen.go is not what api/openapi.yaml makes: run go generate ./client/")
+	}
+}
+
+// TestTheServedDocumentMakesAClientThatBuilds: what GET /v1/openapi.json answers
+// (api.JSON) is enough for oapi-codegen to make a whole client, types and one method per
+// operation, that compiles: what a platform writing its own client starts from.
+func TestTheServedDocumentMakesAClientThatBuilds(t *testing.T) {
+	served, err := apidoc.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Inside the module, so the build finds oapi-codegen's runtime in go.mod.
+	dir, err := os.MkdirTemp(".", "generated-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	doc := filepath.Join(dir, "openapi.json")
+	if err := os.WriteFile(doc, served, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "relayapi.go")
+	gen := exec.Command("go", "tool", "oapi-codegen", "-generate", "types,client", "-package", "relayapi", "-o", out, doc)
+	if b, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("oapi-codegen on the served document: %v\n%s", err, b)
+	}
+	if b, err := exec.Command("go", "build", "./"+dir).CombinedOutput(); err != nil {
+		t.Fatalf("the generated client does not build: %v\n%s", err, b)
 	}
 }

@@ -433,6 +433,9 @@ type CardFields struct {
 	CreatedAt           *time.Time `json:"created_at"`
 	Disabled            *Disabled  `json:"disabled"`
 
+	// Events The short types it delivers, like job.completed (its filter); empty: all.
+	Events []string `json:"events"`
+
 	// ExternalID The AWS ExternalId; null for Pub/Sub.
 	ExternalID   *string   `json:"external_id"`
 	Failing      *Failing  `json:"failing"`
@@ -475,6 +478,9 @@ type ChangedCard struct {
 	ConsecutiveFailures int        `json:"consecutive_failures"`
 	CreatedAt           *time.Time `json:"created_at"`
 	Disabled            *Disabled  `json:"disabled"`
+
+	// Events The short types it delivers, like job.completed (its filter); empty: all.
+	Events []string `json:"events"`
 
 	// ExternalID The AWS ExternalId; null for Pub/Sub.
 	ExternalID   *string   `json:"external_id"`
@@ -785,6 +791,9 @@ type ReplayedCard struct {
 	ConsecutiveFailures int        `json:"consecutive_failures"`
 	CreatedAt           *time.Time `json:"created_at"`
 	Disabled            *Disabled  `json:"disabled"`
+
+	// Events The short types it delivers, like job.completed (its filter); empty: all.
+	Events []string `json:"events"`
 
 	// ExternalID The AWS ExternalId; null for Pub/Sub.
 	ExternalID   *string   `json:"external_id"`

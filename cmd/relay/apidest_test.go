@@ -353,6 +353,12 @@ func TestAPIDestinationsOutliveARestartAndAnEmptyRedisThroughExport(t *testing.T
 	if err != nil || strings.Count(out, "  - id: ") != 3 || !strings.Contains(out, made["api-bus"]) {
 		t.Fatalf("export: %v\n%s", err, out)
 	}
+	// The same lines through the API (the public client), from the cards.
+	viaAPI, err := runRelay(t, vars, "", "export", "--api", rs.apis[0], "--token", "env:TEST_ADMIN_TOKEN")
+	_, fromRedis, _ := strings.Cut(out, "\ndestinations:")
+	if _, fromAPI, _ := strings.Cut(viaAPI, "\ndestinations:"); err != nil || fromAPI != fromRedis {
+		t.Errorf("export --api: %v\n%s\nwant the destinations export --config printed:\n%s", err, viaAPI, out)
+	}
 	st, err := store.Open(rs.redisURL)
 	if err != nil {
 		t.Fatal(err)

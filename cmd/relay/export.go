@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,11 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mercamap/relay/client"
 	"github.com/mercamap/relay/internal/registry"
 )
 
 func exportCmd(e env) *cobra.Command {
 	var path string
+	var flags apiFlags
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Print the accounts and destinations the API made as config lines, ExternalIds pinned",
@@ -24,9 +27,22 @@ ExternalId pinned, so a trust policy that names it keeps matching after Redis is
 Keep its output with your backups. To restore after an empty Redis, or to move API
 destinations into the file, add its items to the file's accounts: and destinations: and start (or
 SIGHUP) the relay: the file's definition wins over the API's, and is read-only through
-the API from then on.`,
+the API from then on. With --api it asks a running relay instead, through its API and
+an admin token: the same lines, the cards' ExternalIds pinned.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("api") {
+				c, err := flags.client(e.getenv)
+				if err != nil {
+					return err
+				}
+				accts, recs, err := exportThroughAPI(cmd.Context(), c)
+				if err != nil {
+					return err
+				}
+				printExport(e.stdout, "--api "+c.BaseURL(), accts, recs)
+				return nil
+			}
 			_, st, err := loadWithStore(path, e.getenv)
 			if err != nil {
 				return err
@@ -41,20 +57,59 @@ the API from then on.`,
 			if err != nil {
 				return fmt.Errorf("read the accounts the api made from redis: %w", err)
 			}
-			printExport(e.stdout, path, accts, recs)
+			printExport(e.stdout, "--config "+path, accts, recs)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&path, "config", "relay.yaml", "path of the YAML config")
+	cmd.Flags().StringVar(&path, "config", "relay.yaml", "path of the YAML config (read Redis directly)")
+	flags.register(cmd)
 	return cmd
 }
 
+// exportThroughAPI is what the API made, as a running relay's API shows it: its
+// accounts and its destinations' cards (the ExternalId each was issued, its filter).
+func exportThroughAPI(ctx context.Context, c *client.Client) ([]registry.AccountRecord, []registry.Record, error) {
+	accounts, err := c.Accounts(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var accts []registry.AccountRecord
+	for _, a := range accounts {
+		if a.ManagedBy == client.API {
+			accts = append(accts, registry.AccountRecord{ID: a.ID, Tenants: a.Tenants, Sources: a.Sources, StoreIDPath: a.StoreIDPath})
+		}
+	}
+	cards, err := c.AllDestinations(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var recs []registry.Record
+	for _, card := range cards {
+		if card.ManagedBy != client.API {
+			continue
+		}
+		t := card.Target
+		recs = append(recs, registry.Record{ID: card.ID, Account: card.Account, Connector: string(card.Connector),
+			BusARN: deref(t.BusArn), StreamARN: deref(t.StreamArn), RoleARN: deref(t.RoleArn), KMSKeyARN: deref(t.KmsKeyArn),
+			ProjectID: deref(t.ProjectID), TopicID: deref(t.TopicID), ExternalID: deref(card.ExternalID), Events: card.Events})
+	}
+	return accts, recs, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // printExport writes accts and recs as a config's accounts: block (when there are any)
-// and destinations: block; each value a JSON string, which YAML reads as it is.
-func printExport(w io.Writer, path string, accts []registry.AccountRecord, recs []registry.Record) {
+// and destinations: block; each value a JSON string, which YAML reads as it is. from
+// says where they were read (the export's flag).
+func printExport(w io.Writer, from string, accts []registry.AccountRecord, recs []registry.Record) {
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	list := func(vs []string) string { b, _ := json.Marshal(vs); return string(b) }
-	fmt.Fprintf(w, "# %d accounts and %d destinations made through the API (relay export --config %s).\n", len(accts), len(recs), path)
+	fmt.Fprintf(w, "# %d accounts and %d destinations made through the API (relay export %s).\n", len(accts), len(recs), from)
 	fmt.Fprintln(w, "# Add the items to the file's accounts: and destinations: to restore them, ExternalIds pinned.")
 	if len(accts) > 0 {
 		fmt.Fprintln(w, "accounts:")

@@ -45,6 +45,8 @@ type Card struct {
 	// Redis first held it; null for one stored before that was kept).
 	ManagedBy string     `json:"managed_by"`
 	CreatedAt *time.Time `json:"created_at"`
+	// Events are the short types the destination delivers (its filter); empty: all.
+	Events []string `json:"events"`
 }
 
 // Lag is a card's measure of how far behind its account's log the destination is.
@@ -72,7 +74,8 @@ func NewCard(d destination.Destination, st store.State, id destination.Identity)
 // read after, so cards built from it may share them.
 func staticCard(d destination.Destination, st store.State, id destination.Identity) Card {
 	c := Card{ID: d.ID, Connector: string(d.Connector), Account: d.Account,
-		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID), ManagedBy: d.Managed()}
+		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID), ManagedBy: d.Managed(),
+		Events: append([]string{}, d.Events...)}
 	if d.Connector.IsAWS() {
 		ext := st.ExternalID
 		c.ExternalID = &ext

@@ -27,7 +27,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	apidoc "github.com/mercamap/relay/api"
 )
@@ -67,7 +67,9 @@ func Document() (*openapi3.T, error) {
 		loader := openapi3.NewLoader()
 		loaded, loadErr = loader.LoadFromData(data)
 		if loadErr == nil {
-			loadErr = loaded.Validate(context.Background())
+			// Its examples are Redocly's to check (api's lint test): a copy broken on purpose keeps
+			// the real examples, and must still load.
+			loadErr = loaded.Validate(context.Background(), openapi3.DisableExamplesValidation())
 		}
 		if loadErr != nil {
 			loadErr = fmt.Errorf("the OpenAPI document: %w", loadErr)
@@ -93,7 +95,7 @@ func New(t testing.TB) *Checker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := legacy.NewRouter(doc)
+	router, err := gorillamux.NewRouter(doc) // a trailing slash is its own route, as net/http has it
 	if err != nil {
 		t.Fatal(err)
 	}

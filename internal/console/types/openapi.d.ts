@@ -851,6 +851,8 @@ export interface components {
             managed_by: components["schemas"]["ManagedBy"];
             /** Format: date-time */
             created_at: string | null;
+            /** @description The short types it delivers, like job.completed (its filter); empty: all. */
+            events: string[];
         };
         /** @description A destination as the API shows it. `lag` and `replayable_from` are on the destination routes' cards, not on snapshots. */
         Card: components["schemas"]["CardFields"];
@@ -1515,6 +1517,12 @@ export interface operations {
                     "text/css": string;
                     /** @example <!doctype html> */
                     "text/html": string;
+                    /**
+                     * @example {
+                     *       "disable_after": 20
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
                 };
             };
             /** @description Not modified since the copy the browser holds. */
@@ -1713,7 +1721,8 @@ export interface operations {
                      *           },
                      *           "replayable_from": "2026-12-03T18:22:24Z",
                      *           "managed_by": "config",
-                     *           "created_at": "2026-12-04T18:22:23.369Z"
+                     *           "created_at": "2026-12-04T18:22:23.369Z",
+                     *           "events": []
                      *         }
                      *       ],
                      *       "next_page_token": null,
@@ -1842,7 +1851,8 @@ export interface operations {
                      *       },
                      *       "replayable_from": "2026-12-03T18:22:40Z",
                      *       "managed_by": "api",
-                     *       "created_at": "2026-12-04T18:22:39.12Z"
+                     *       "created_at": "2026-12-04T18:22:39.12Z",
+                     *       "events": []
                      *     }
                      */
                     "application/json": components["schemas"]["Card"];
@@ -1939,7 +1949,8 @@ export interface operations {
                      *       },
                      *       "replayable_from": "2026-12-03T18:32:40Z",
                      *       "managed_by": "config",
-                     *       "created_at": "2026-12-04T18:32:39.249Z"
+                     *       "created_at": "2026-12-04T18:32:39.249Z",
+                     *       "events": []
                      *     }
                      */
                     "application/json": components["schemas"]["Card"];
@@ -2078,7 +2089,8 @@ export interface operations {
                      *       },
                      *       "replayable_from": "2026-12-03T18:22:40Z",
                      *       "managed_by": "api",
-                     *       "created_at": "2026-12-04T18:22:39.12Z"
+                     *       "created_at": "2026-12-04T18:22:39.12Z",
+                     *       "events": []
                      *     }
                      */
                     "application/json": components["schemas"]["Card"];
@@ -2171,6 +2183,7 @@ export interface operations {
                      *       "replayable_from": "2026-12-03T18:22:24Z",
                      *       "managed_by": "config",
                      *       "created_at": "2026-12-04T18:22:23.517Z",
+                     *       "events": [],
                      *       "write_in_flight": false
                      *     }
                      */
@@ -2274,6 +2287,7 @@ export interface operations {
                      *       "replayable_from": "2026-12-03T18:23:04Z",
                      *       "managed_by": "config",
                      *       "created_at": "2026-12-04T18:23:03.573Z",
+                     *       "events": [],
                      *       "write_in_flight": false
                      *     }
                      */
@@ -2415,6 +2429,7 @@ export interface operations {
                      *       "replayable_from": "2026-12-03T18:23:04Z",
                      *       "managed_by": "config",
                      *       "created_at": "2026-12-04T18:23:03.573Z",
+                     *       "events": [],
                      *       "replay": {
                      *         "cursor": "0-0",
                      *         "pending": false
@@ -3112,7 +3127,8 @@ export interface operations {
                      *           "pending": null,
                      *           "sequence": 0,
                      *           "managed_by": "config",
-                     *           "created_at": "2026-12-04T18:22:23.517Z"
+                     *           "created_at": "2026-12-04T18:22:23.517Z",
+                     *           "events": []
                      *         }
                      *       }
                      *     }
