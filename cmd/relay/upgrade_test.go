@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/mercamap/relay"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -53,7 +54,7 @@ func TestUpgradeStatusNamesEachReplicasReleaseAndTheFormatInForce(t *testing.T) 
 
 	rdb := redisClient(t, redisURL)
 	// An old replica's lease heartbeat: a member of the live set, no entry of its own.
-	if err := rdb.ZAdd(context.Background(), "relay:{replicas}", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "old-pod-1-abc"}).Err(); err != nil {
+	if err := rdb.ZAdd(context.Background(), storetest.ReplicasKey, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "old-pod-1-abc"}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	relayCmd := func(args ...string) ([]byte, error) {
@@ -90,7 +91,7 @@ func TestUpgradeStatusNamesEachReplicasReleaseAndTheFormatInForce(t *testing.T) 
 	if err := waitExit(t, cmd, 30*time.Second, logs); err != nil {
 		t.Fatalf("relay did not stop cleanly: %v\n%s", err, logs)
 	}
-	if n := rdb.HLen(context.Background(), "relay:{replicas}:about").Val(); n != 0 {
+	if n := rdb.HLen(context.Background(), storetest.AboutKey).Val(); n != 0 {
 		t.Errorf("%d heartbeat entries left after the only relay stopped", n)
 	}
 }
@@ -114,7 +115,7 @@ func TestARelayRefusesToStartBesideAFormatOrAReleaseItCannotRunWith(t *testing.T
 			suffix := fmt.Sprint(time.Now().UnixNano())
 			cfg := writeConfig(t, amqpURL, redisURL, "relay-test-refuse-"+suffix, "relay-test-refuse-"+suffix)
 			rdb := redisClient(t, redisURL)
-			if err := rdb.HSet(context.Background(), "relay:{replicas}:deployment", c.fields...).Err(); err != nil {
+			if err := rdb.HSet(context.Background(), storetest.DeploymentKey, c.fields...).Err(); err != nil {
 				t.Fatal(err)
 			}
 			cmd, logs := startRelay(t, bin, cfg)
@@ -130,10 +131,10 @@ func TestARelayRefusesToStartBesideAFormatOrAReleaseItCannotRunWith(t *testing.T
 				}
 			}
 			// Nothing written: no heartbeat entry, no destination state.
-			if n := rdb.Exists(context.Background(), "relay:{replicas}:about").Val(); n != 0 {
+			if n := rdb.Exists(context.Background(), storetest.AboutKey).Val(); n != 0 {
 				t.Errorf("a refused relay left its heartbeat entry")
 			}
-			if keys := rdb.Keys(context.Background(), "relay:{acct_1}*").Val(); len(keys) != 0 {
+			if keys := rdb.Keys(context.Background(), storetest.AccountPattern("acct_1")).Val(); len(keys) != 0 {
 				t.Errorf("a refused relay wrote %v", keys)
 			}
 		})

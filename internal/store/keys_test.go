@@ -24,6 +24,7 @@ func TestStoretestKeysAreTheStoresOwn(t *testing.T) {
 		{storetest.TrimKey(acct), trimKey(acct)},
 		{storetest.SignInCodeKey(acct, code), signInCodeKey(acct, sha256.Sum256([]byte(code)))},
 		{storetest.TokensKey, tokensKey},
+		{storetest.ReplicasKey, replicasKey},
 	} {
 		if k.storetest != k.store {
 			t.Errorf("storetest names %q where the store writes %q", k.storetest, k.store)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -114,6 +115,13 @@ func unnumbered(t *testing.T, st *store.Store, owner string) (stop func()) {
 	stop = func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return stop
+}
+
+// The keys tests elsewhere read through storetest are the ones this package writes.
+func TestStoretestKeysAreUpgradesOwn(t *testing.T) {
+	if storetest.AboutKey != aboutKey || storetest.DeploymentKey != deploymentKey {
+		t.Errorf("storetest names %q and %q where upgrade writes %q and %q", storetest.AboutKey, storetest.DeploymentKey, aboutKey, deploymentKey)
+	}
 }
 
 func status(t *testing.T, st *store.Store) Status {

@@ -44,6 +44,15 @@ func SignInCodeKey(acct, code string) string {
 // TokensKey is the set of the API tokens' digests; it belongs to no account.
 const TokensKey = "relay:{api-tokens}:known"
 
+// ReplicasKey is the set of live replicas (score: last heartbeat, ms). AboutKey and
+// DeploymentKey, in its slot, are internal/upgrade's: each replica's release, and the
+// deployment's state format and newest release (TestStoretestKeysAreUpgradesOwn there).
+const (
+	ReplicasKey   = "relay:{replicas}"
+	AboutKey      = "relay:{replicas}:about"
+	DeploymentKey = "relay:{replicas}:deployment"
+)
+
 // LastLogID is the id of the newest entry of acct's log, "0-0" when it is empty.
 func LastLogID(ctx context.Context, rdb redis.UniversalClient, acct string) (string, error) {
 	msgs, err := rdb.XRevRangeN(ctx, LogKey(acct), "+", "-", 1).Result()
