@@ -48,8 +48,8 @@ type drill struct {
 
 const drillExchange = "fetcher.job.events"
 
-// defer runs fn when the drill ends, after those registered later.
-func (d *drill) defer_(fn func()) { d.cleanups = append(d.cleanups, fn) }
+// onClose runs fn when the drill ends, after those registered later (as defer would).
+func (d *drill) onClose(fn func()) { d.cleanups = append(d.cleanups, fn) }
 
 // close runs the cleanups, last registered first.
 func (d *drill) close() {
@@ -109,7 +109,7 @@ func (d *drill) startPeers() error {
 		if err != nil {
 			return err
 		}
-		d.defer_(peers.close)
+		d.onClose(peers.close)
 		f.peers = peers
 		f.amqpURLs = peers.rabbit.URLs()
 		f.amqpURL = f.amqpURLs[0]
@@ -138,7 +138,7 @@ func (d *drill) startProxies() (eventsURL, kinesisURL string, err error) {
 		if d.throttle, err = startThrottleProxy(f.events); err != nil {
 			return "", "", err
 		}
-		d.defer_(d.throttle.close)
+		d.onClose(d.throttle.close)
 		eventsURL = d.throttle.URL
 		logf("EventBridge through the throttle proxy %s → %s", d.throttle.URL, f.events)
 	}
@@ -147,7 +147,7 @@ func (d *drill) startProxies() (eventsURL, kinesisURL string, err error) {
 		if d.stall, err = startStallProxy(u.Host); err != nil {
 			return "", "", err
 		}
-		d.defer_(d.stall.close)
+		d.onClose(d.stall.close)
 		kinesisURL = "http://" + d.stall.Addr
 		logf("Kinesis through the stall proxy %s", d.stall)
 	}
@@ -173,7 +173,7 @@ func (d *drill) startReplicas(ctx context.Context, eventsURL, kinesisURL string)
 			return err
 		}
 	}
-	d.defer_(func() {
+	d.onClose(func() {
 		for _, r := range d.reps {
 			if r.running() {
 				r.kill(syscall.SIGTERM)
@@ -185,7 +185,7 @@ func (d *drill) startReplicas(ctx context.Context, eventsURL, kinesisURL string)
 	if err != nil {
 		return err
 	}
-	d.defer_(func() { st.Close() })
+	d.onClose(func() { st.Close() })
 	d.st = st
 
 	// The customer's side: trust each AWS destination's ExternalId (from Redis: the

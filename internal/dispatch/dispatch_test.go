@@ -184,11 +184,11 @@ func (r *rig) channelTypes(channel string) []string {
 // acquireLease takes ref's lease for owner, as another replica's lease round would: the
 // fencing token, or 0 when another holds it.
 func acquireLease(ctx context.Context, st *store.Store, ref store.Ref, owner string, ttl time.Duration) (int64, error) {
-	leases, err := st.AcquireLeases(ctx, []store.Ref{ref}, owner, ttl)
+	taken, err := st.AcquireLeases(ctx, []store.Ref{ref}, owner, ttl)
 	if err != nil {
 		return 0, err
 	}
-	return leases[0].Token, nil
+	return taken[0].Token, nil
 }
 
 // waitFor is waittest.For with the dispatch tests' limit, 20 s.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mercamap/relay/internal/signature"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -26,7 +27,7 @@ type Topology struct {
 }
 
 // TenantHeader is the header partitions hash on: the signed tenant, which routing follows.
-const TenantHeader = "X-Tenant-ID"
+const TenantHeader = signature.TenantHeader
 
 // Queues are the queues ingest consumes: Queue, or with partitions Queue.p0 … Queue.p<N-1>.
 func (t Topology) Queues() []string {

@@ -15,6 +15,10 @@ import (
 // Version is the only signature-version this package verifies.
 const Version = "v1"
 
+// TenantHeader carries the tenant, one of the fields the signature covers: routing
+// follows it, and the Worker sets it on every event.
+const TenantHeader = "X-Tenant-ID"
+
 // HKDFInfo is the HKDF info string Fetcher uses for the external HMAC key.
 const HKDFInfo = "fetcher-external-hmac-v1"
 
