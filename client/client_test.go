@@ -107,6 +107,17 @@ destinations:
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// The customer trusts us with orders-bus's ExternalId, and a test runs its setup check
+	// at once: it is active, and no check is left to add events to its channel.
+	admin, ordersBus := client.New(r.url, adminToken, client.Options{}), client.Ref{Connector: client.Eventbridge, ID: "orders-bus"}
+	card, err := admin.Destination(context.Background(), ordersBus)
+	if err != nil || card.ExternalID == nil {
+		t.Fatalf("orders-bus: %v, %+v", err, card)
+	}
+	sts.RequireExternalID(busRole, *card.ExternalID)
+	if res, err := admin.Test(context.Background(), ordersBus); err != nil || res.Outcome != client.TestResultOutcomeDelivered {
+		t.Fatalf("orders-bus's test: %v, %+v", err, res)
+	}
 	return r
 }
 

@@ -5,6 +5,7 @@ package client
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/oapi-codegen/runtime"
@@ -517,6 +518,42 @@ type ChannelEvent struct {
 	Sequence int64     `json:"sequence"`
 	Time     time.Time `json:"time"`
 	Type     EventType `json:"type"`
+	union    json.RawMessage
+}
+
+// ChannelEvent0 defines model for ChannelEvent.0.
+type ChannelEvent0 struct {
+	// Data delivery.succeeded, delivery.not_taken, delivery.rejected, message.expired: one attempt's outcome.
+	Data DeliveryEventData `json:"data"`
+	Type interface{}       `json:"type"`
+}
+
+// ChannelEvent1 defines model for ChannelEvent.1.
+type ChannelEvent1 struct {
+	// Data destination.paused, destination.activated, destination.disabled, resync.required: a change of status, or state replay cannot express (load a new snapshot).
+	Data StatusEventData `json:"data"`
+	Type interface{}     `json:"type"`
+}
+
+// ChannelEvent2 defines model for ChannelEvent.2.
+type ChannelEvent2 struct {
+	// Data destination.checked: a check's result, in the words of a delivery's outcome: the setup check of a pending destination (setup), or the probe and session (or label read) a test runs first (test).
+	Data CheckedEventData `json:"data"`
+	Type interface{}      `json:"type"`
+}
+
+// ChannelEvent3 defines model for ChannelEvent.3.
+type ChannelEvent3 struct {
+	// Data destination.replayed: a replay asked for.
+	Data ReplayedEventData `json:"data"`
+	Type interface{}       `json:"type"`
+}
+
+// ChannelEvent4 defines model for ChannelEvent.4.
+type ChannelEvent4 struct {
+	// Data delivery.retried: a retry's outcome, outside the ordered stream.
+	Data RetriedEventData `json:"data"`
+	Type interface{}      `json:"type"`
 }
 
 // CheckedEventData destination.checked: a check's result, in the words of a delivery's outcome: the setup check of a pending destination (setup), or the probe and session (or label read) a test runs first (test).
@@ -1110,6 +1147,227 @@ type ReplayDestinationJSONRequestBody = ReplayRequest
 
 // OpenSessionJSONRequestBody defines body for OpenSession for application/json ContentType.
 type OpenSessionJSONRequestBody = SessionRequest
+
+// AsChannelEvent0 returns the union data inside the ChannelEvent as a ChannelEvent0
+func (t ChannelEvent) AsChannelEvent0() (ChannelEvent0, error) {
+	var body ChannelEvent0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChannelEvent0 overwrites any union data inside the ChannelEvent as the provided ChannelEvent0
+func (t *ChannelEvent) FromChannelEvent0(v ChannelEvent0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChannelEvent0 performs a merge with any union data inside the ChannelEvent, using the provided ChannelEvent0
+func (t *ChannelEvent) MergeChannelEvent0(v ChannelEvent0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsChannelEvent1 returns the union data inside the ChannelEvent as a ChannelEvent1
+func (t ChannelEvent) AsChannelEvent1() (ChannelEvent1, error) {
+	var body ChannelEvent1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChannelEvent1 overwrites any union data inside the ChannelEvent as the provided ChannelEvent1
+func (t *ChannelEvent) FromChannelEvent1(v ChannelEvent1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChannelEvent1 performs a merge with any union data inside the ChannelEvent, using the provided ChannelEvent1
+func (t *ChannelEvent) MergeChannelEvent1(v ChannelEvent1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsChannelEvent2 returns the union data inside the ChannelEvent as a ChannelEvent2
+func (t ChannelEvent) AsChannelEvent2() (ChannelEvent2, error) {
+	var body ChannelEvent2
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChannelEvent2 overwrites any union data inside the ChannelEvent as the provided ChannelEvent2
+func (t *ChannelEvent) FromChannelEvent2(v ChannelEvent2) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChannelEvent2 performs a merge with any union data inside the ChannelEvent, using the provided ChannelEvent2
+func (t *ChannelEvent) MergeChannelEvent2(v ChannelEvent2) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsChannelEvent3 returns the union data inside the ChannelEvent as a ChannelEvent3
+func (t ChannelEvent) AsChannelEvent3() (ChannelEvent3, error) {
+	var body ChannelEvent3
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChannelEvent3 overwrites any union data inside the ChannelEvent as the provided ChannelEvent3
+func (t *ChannelEvent) FromChannelEvent3(v ChannelEvent3) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChannelEvent3 performs a merge with any union data inside the ChannelEvent, using the provided ChannelEvent3
+func (t *ChannelEvent) MergeChannelEvent3(v ChannelEvent3) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsChannelEvent4 returns the union data inside the ChannelEvent as a ChannelEvent4
+func (t ChannelEvent) AsChannelEvent4() (ChannelEvent4, error) {
+	var body ChannelEvent4
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChannelEvent4 overwrites any union data inside the ChannelEvent as the provided ChannelEvent4
+func (t *ChannelEvent) FromChannelEvent4(v ChannelEvent4) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChannelEvent4 performs a merge with any union data inside the ChannelEvent, using the provided ChannelEvent4
+func (t *ChannelEvent) MergeChannelEvent4(v ChannelEvent4) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ChannelEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	object := make(map[string]json.RawMessage)
+	if t.union != nil {
+		err = json.Unmarshal(b, &object)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	object["data"], err = json.Marshal(t.Data)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'data': %w", err)
+	}
+
+	object["id"], err = json.Marshal(t.ID)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'id': %w", err)
+	}
+
+	object["sequence"], err = json.Marshal(t.Sequence)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'sequence': %w", err)
+	}
+
+	object["time"], err = json.Marshal(t.Time)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'time': %w", err)
+	}
+
+	object["type"], err = json.Marshal(t.Type)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'type': %w", err)
+	}
+
+	b, err = json.Marshal(object)
+	return b, err
+}
+
+func (t *ChannelEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	if err != nil {
+		return err
+	}
+	object := make(map[string]json.RawMessage)
+	err = json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["data"]; found {
+		err = json.Unmarshal(raw, &t.Data)
+		if err != nil {
+			return fmt.Errorf("error reading 'data': %w", err)
+		}
+	}
+
+	if raw, found := object["id"]; found {
+		err = json.Unmarshal(raw, &t.ID)
+		if err != nil {
+			return fmt.Errorf("error reading 'id': %w", err)
+		}
+	}
+
+	if raw, found := object["sequence"]; found {
+		err = json.Unmarshal(raw, &t.Sequence)
+		if err != nil {
+			return fmt.Errorf("error reading 'sequence': %w", err)
+		}
+	}
+
+	if raw, found := object["time"]; found {
+		err = json.Unmarshal(raw, &t.Time)
+		if err != nil {
+			return fmt.Errorf("error reading 'time': %w", err)
+		}
+	}
+
+	if raw, found := object["type"]; found {
+		err = json.Unmarshal(raw, &t.Type)
+		if err != nil {
+			return fmt.Errorf("error reading 'type': %w", err)
+		}
+	}
+
+	return err
+}
 
 // AsDeliveryEventData returns the union data inside the EventData as a DeliveryEventData
 func (t EventData) AsDeliveryEventData() (DeliveryEventData, error) {

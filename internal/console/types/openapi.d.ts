@@ -1016,7 +1016,27 @@ export interface components {
             /** Format: date-time */
             time: string;
             data: components["schemas"]["EventData"];
-        };
+        } & ({
+            /** @enum {unknown} */
+            type: "delivery.succeeded" | "delivery.not_taken" | "delivery.rejected" | "message.expired";
+            data: components["schemas"]["DeliveryEventData"];
+        } | {
+            /** @enum {unknown} */
+            type: "destination.paused" | "destination.activated" | "destination.disabled" | "resync.required";
+            data: components["schemas"]["StatusEventData"];
+        } | {
+            /** @constant */
+            type: "destination.checked";
+            data: components["schemas"]["CheckedEventData"];
+        } | {
+            /** @constant */
+            type: "destination.replayed";
+            data: components["schemas"]["ReplayedEventData"];
+        } | {
+            /** @constant */
+            type: "delivery.retried";
+            data: components["schemas"]["RetriedEventData"];
+        });
         /** @description An event's data, by its type; every one names its destination, and most carry the card fields it changed (state). */
         EventData: components["schemas"]["DeliveryEventData"] | components["schemas"]["StatusEventData"] | components["schemas"]["CheckedEventData"] | components["schemas"]["ReplayedEventData"] | components["schemas"]["RetriedEventData"];
         /** @description delivery.succeeded, delivery.not_taken, delivery.rejected, message.expired: one attempt's outcome. */
