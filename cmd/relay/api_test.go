@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mercamap/relay/internal/api/apitest"
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/failures"
 	"github.com/mercamap/relay/internal/testpeer"
@@ -186,7 +187,7 @@ func TestServeReloadsTokensOnSIGHUPAndEndsStreamsOnSIGTERM(t *testing.T) {
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	exchange, queue := "relay-test-api-"+suffix, "relay-test-api-"+suffix
 	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
-	base := "http://" + listen
+	base := contracttest.New(t).Proxy("http://" + listen) // every call and answer checked against the document
 	metricsListen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
 	const tokenA, tokenB, tokenC = "token-a-4f9c2e7d1b", "token-b-8a3d6e0c5f", "token-c-2b7e9d4a1c"
 	path := filepath.Join(t.TempDir(), "relay.yaml")

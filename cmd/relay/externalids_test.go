@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/store"
@@ -47,7 +48,7 @@ func TestExternalIDsSurviveAnEmptyRedis(t *testing.T) {
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	exchange, queue := "relay-test-extid-"+suffix, "relay-test-extid-"+suffix
 	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
-	base := "http://" + listen
+	base := contracttest.New(t).Proxy("http://" + listen) // every call and answer checked against the document
 	const adminToken = "admin-token-3b8e1f6a9c"
 	roles := map[string]string{
 		"pinned-bus":  "arn:aws:iam::111122223333:role/pinned-delivery",

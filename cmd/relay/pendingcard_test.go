@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
 	"github.com/mercamap/relay/internal/testpeer"
@@ -88,7 +89,7 @@ func startPendingRelay(t *testing.T, s pendingSetup) *pendingRelay {
 		budget = "  sts_budget: " + s.stsBudget
 	}
 	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
-	r.api = "http://" + listen
+	r.api = contracttest.New(t).Proxy("http://" + listen) // every call and answer checked against the document
 	cfg := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 identity:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
@@ -21,7 +22,7 @@ func TestServeLogsAReadableSecretFileAndRefusesDevZeroOnReload(t *testing.T) {
 	bin := buildRelay(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
-	base := "http://" + listen
+	base := contracttest.New(t).Proxy("http://" + listen) // every call and answer checked against the document
 	dir := t.TempDir()
 	const token = "admin-token-7c1e9a4d2b"
 	tokenFile := filepath.Join(dir, "admin-token")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/mercamap/relay/internal/api/contracttest"
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/testpeer"
@@ -60,7 +61,7 @@ accounts:
 	}
 
 	// Waiting, it answers the probes: alive, not ready, and why; the API says it starts.
-	base := "http://" + listen
+	base := contracttest.New(t).Proxy("http://" + listen) // every call and answer checked against the document
 	if a := httpDo(t, "GET", base+"/healthz", ""); a.status != 200 {
 		t.Errorf("/healthz while waiting for Redis = %d %s, want 200: the process lives", a.status, a.body)
 	}
@@ -141,7 +142,7 @@ destinations:
 		}
 		return strings.Count(logs.String(), "then failed while the relay read its state") >= 2
 	})
-	base := "http://" + listen
+	base := contracttest.New(t).Proxy("http://" + listen) // every call and answer checked against the document
 	ready := httpDo(t, "GET", base+"/readyz", "")
 	if ready.status != 503 || !strings.Contains(ready.body, "waiting for Redis") || !strings.Contains(ready.body, "NOREPLICAS") {
 		t.Errorf("/readyz while Redis refuses writes = %d %s, want 503 saying it waits for Redis, and why", ready.status, ready.body)
