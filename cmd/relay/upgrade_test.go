@@ -17,7 +17,8 @@ import (
 	"github.com/mercamap/relay/internal/testpeer"
 )
 
-// relay version, relay --version and the last release the build knows all name VERSION.
+// relay version, relay --version, the last release the build knows and the API's
+// document all name VERSION.
 func TestVersionNamesTheReleaseOfVERSION(t *testing.T) {
 	b, err := os.ReadFile("../../VERSION")
 	if err != nil {
@@ -26,6 +27,14 @@ func TestVersionNamesTheReleaseOfVERSION(t *testing.T) {
 	version := strings.TrimSpace(string(b))
 	if relay.Version() != version || thisRelease().Version != version {
 		t.Fatalf("the build says %s (release %s), VERSION %s", relay.Version(), thisRelease().Version, version)
+	}
+	// The API's document names the release too.
+	doc, err := os.ReadFile("../../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "\ninfo:\n  title: relay API\n  version: "+version+"\n") {
+		t.Errorf("api/openapi.yaml's info.version is not %s", version)
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		var out bytes.Buffer
