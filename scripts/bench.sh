@@ -35,7 +35,7 @@
 #   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats]]),
 #                                       then the cluster's rows (BENCH_CLUSTER_RUNS)
 #   BENCH_DOC=- scripts/bench.sh        print the report instead of writing the doc
-#   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:3); none: no cluster started
+#   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:5); none: no cluster started
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
 #                                       1,000 destinations on each (a shorter run)
 #   BENCH_API=<n>|0                     destinations made through the API after the rows (default 100000; 0: none)
@@ -90,8 +90,8 @@ if [[ $baseline != none ]]; then
 fi
 
 e2e=("$@")
-[[ -z ${BENCH_CLUSTER_ONLY:-} ]] || e2e=(-runs 1000:20:0:1024:3)
-cluster_runs=${BENCH_CLUSTER_RUNS:-1000:20:0:1024:3}
+[[ -z ${BENCH_CLUSTER_ONLY:-} ]] || e2e=(-runs 1000:20:0:1024:5)
+cluster_runs=${BENCH_CLUSTER_RUNS:-1000:20:0:1024:5}
 cluster_args=()
 if [[ $cluster_runs != none ]]; then
 	echo "bench: starting a Redis Cluster (3 masters + 3 replicas) under $state/rcluster" >&2
