@@ -70,8 +70,7 @@ func newBarePipeline(ctx context.Context, r benchRun, idx int, amqpURL string, k
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDBARE", "bare", "")})
 	go func() {
 		for d := range deliveries {
-			id, _ := d.Headers["ce-id"].([]byte)
-			detail := bareDetail(string(id), d.Body)
+			detail := bareDetail("d0", d.RoutingKey, amqp.Publishing{Headers: d.Headers, Body: d.Body})
 			_, err := eb.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 				EventBusName: aws.String(busARN), Source: aws.String("com.bench.bare"),
 				DetailType: aws.String(d.RoutingKey), Detail: aws.String(detail)}}})

@@ -583,7 +583,7 @@ func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange str
 			if one.bare.err != "" {
 				logf("run %d.%d: bare path failed: %s", idx+1, k+1, one.bare.err)
 			} else {
-				logf("run %d.%d: %s %.0f/s, p50 %s p99 %s", idx+1, k+1, bareKind(r), one.bare.perSec, one.bare.lat.at(0.5), one.bare.lat.at(0.99))
+				logf("run %d.%d: %s %.0f/s, p50 %s p99 %s (none for the fan-out)", idx+1, k+1, bareKind(r), one.bare.perSec, one.bare.lat.at(0.5), one.bare.lat.at(0.99))
 			}
 		}
 		res.reps = append(res.reps, one)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
 		t.Helper()
 		if _, err := eb.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 			EventBusName: aws.String(busARN), Source: aws.String("com.bench.test"), DetailType: aws.String("job.completed"),
-			Detail: aws.String(bareDetail(id, []byte(`{"x":1}`)))}}}); err != nil {
+			Detail: aws.String(bareDetail("d0", "job.completed", amqp.Publishing{Headers: amqp.Table{"ce-id": []byte(id)}, Body: []byte(`{"x":1}`)}))}}}); err != nil {
 			t.Fatalf("PutEvents to %s: %v", busARN, err)
 		}
 	}
