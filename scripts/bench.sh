@@ -25,17 +25,20 @@
 # - 1,000 destinations again on a private Redis Cluster of 3 masters + 3 replicas
 #   (cmd/loadtest redis-cluster, started like the tests' through internal/testpeer).
 # Every row reports the CPU per delivery of the relay, Redis, the broker, the bus and the
-# load process (publisher, or the bare path's consumer or writers). The rows judged by
-# an aim run three times (medians), but the memory row and the 100,000-destination row
-# (once). The report starts with the aims of issues 23 and 30, each with its figure and
-# verdict; with BENCH_DOC unset that table is printed on stdout too. Ingest beside a bare
+# load process (publisher, or the bare path's consumer or writers). Each of a row's runs
+# is followed by one of its bare path (ABAB…); the throughput rows are judged on their
+# whole-system CPU per delivery over the bare path's, pair by pair: at least 5 pairs
+# (3 at 100,000 destinations, 1 for the memory rows), more while a verdict is unsure.
+# The report starts with the aims of issues 23, 30, 31 and 46, each with its figure, its
+# spread and its verdict (met, NOT met, unsure); with BENCH_DOC unset that table is
+# printed on stdout too. Ingest beside a bare
 # consumer (issue 17's ingest aims) is `make bench-ingest`'s, no longer part of this run.
 #
 #   make bench                          all of it, then docs/benchmarks.md is updated
 #   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats]]),
 #                                       then the cluster's rows (BENCH_CLUSTER_RUNS)
 #   BENCH_DOC=- scripts/bench.sh        print the report instead of writing the doc
-#   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:3); none: no cluster started
+#   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:5); none: no cluster started
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
 #                                       1,000 destinations on each (a shorter run)
 #   BENCH_API=<n>|0                     destinations made through the API after the rows (default 100000; 0: none)
@@ -90,8 +93,8 @@ if [[ $baseline != none ]]; then
 fi
 
 e2e=("$@")
-[[ -z ${BENCH_CLUSTER_ONLY:-} ]] || e2e=(-runs 1000:20:0:1024:3)
-cluster_runs=${BENCH_CLUSTER_RUNS:-1000:20:0:1024:3}
+[[ -z ${BENCH_CLUSTER_ONLY:-} ]] || e2e=(-runs 1000:20:0:1024:5)
+cluster_runs=${BENCH_CLUSTER_RUNS:-1000:20:0:1024:5}
 cluster_args=()
 if [[ $cluster_runs != none ]]; then
 	echo "bench: starting a Redis Cluster (3 masters + 3 replicas) under $state/rcluster" >&2

@@ -43,7 +43,7 @@ func (e *benchEnv) bareRestart(ctx context.Context, n int) (time.Duration, error
 		e.sts.RequireExternalID(dests[i].RoleARN, dests[i].ExternalID)
 	}
 	ev := sizedEvent("bench.bare", e.key, 0, 1024)
-	detail := bareDetail(ev.id, ev.msg.Body)
+	detail := bareDetail("d0", ev.key, ev.msg)
 	base := e.bus.count()
 	start := time.Now()
 	err := writers(ctx, n, func(_, i int) error {

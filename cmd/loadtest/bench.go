@@ -29,15 +29,16 @@ import (
 	"github.com/mercamap/relay/internal/store/storetest"
 )
 
-// defaultRuns are the rows issue 23's and issue 30's aims are judged on, and no other:
-// one destination at 200/s (the latency aim), at 2,000/s (relay-added latency near the
-// one destination's throughput: issue 33) and as fast as confirmed, ingest alone (0
-// destinations: the Redis CPU and memory per ingested event), one destination with
-// 10,000 deliveries (issue 30's memory per delivery and per destination), 100, 1,000 and
-// 10,000 destinations, 100,000 on one replica. Each runs three times (the fifth field)
-// and gives the median, but the memory row (its figures are one delta each) and the
-// 100,000-destination row, whose warm-up alone is 100,000 deliveries.
-const defaultRuns = "1:2000:200:1024:3,1:10000:2000:1024:3,1:2000:0:1024:3,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:3,1000:20:0:1024:3,10000:3:0:1024:3,100000:1:0:1024:1"
+// defaultRuns are the rows the aims are judged on, and no other: one destination at
+// 200/s and at 2,000/s (the latency rows) and as fast as confirmed, ingest alone (0
+// destinations: the Redis CPU and memory per ingested event), one and two destinations
+// with 10,000 deliveries (issue 30's memory rows), 100, 1,000 and 10,000 destinations,
+// 100,000 on one replica. The fifth field is the least number of pairs (a run of the
+// relay, then one of its bare path) a row runs: 5 for every row of up to 10,000
+// destinations, more until its verdicts settle (maxRepeats); 3 for the ingest row (no
+// bare path) and for 100,000 destinations, whose relay takes a minute to start; 1 for
+// the memory rows, whose figures are one delta each.
+const defaultRuns = "1:2000:200:1024:5,1:10000:2000:1024:5,1:2000:0:1024:5,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:5,1000:20:0:1024:5,10000:3:0:1024:5,100000:1:0:1024:3"
 
 func parseRun(r string) (benchRun, error) {
 	p := strings.Split(r, ":")
@@ -102,15 +103,15 @@ func (l latencies) at(q float64) time.Duration {
 
 func sortDurations(l latencies) { slices.Sort(l) }
 
-// benchResult is one row: one relay process, its warm-up and idle window, then
-// repeats timed repetitions, each beside a repetition of its bare path.
+// benchResult is one row: one relay process, its warm-up and idle window, then its
+// timed repetitions, each followed by a repetition of its bare path.
 type benchResult struct {
 	benchRun
 	reps                 []repResult
 	dups                 int
 	rssIdle, rssEnd, hwm int           // kB
 	startup              time.Duration // relay start → every destination has the warm-up event
-	bareTime             time.Duration // the bare path in all (sessions, clients, warm-up, its repetitions), before the relay starts
+	bareTime             time.Duration // the bare path's set-up (sessions, clients, warm-up), once the relay is warm
 	idleFor              time.Duration
 	idleCPU              []masterCPU   // per Redis master, over idleFor after the warm-up, nothing published
 	idleRelayCPU         time.Duration // the relay process over the same window
@@ -187,6 +188,7 @@ type benchEnv struct {
 	rabbitPID                 int
 	idleFor, idleLeased       time.Duration
 	sts                       *awstest.STS
+	stsCalls                  atomic.Int64 // requests STS answered so far
 	bus                       *remoteBus
 	key                       []byte
 }
@@ -214,9 +216,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&runsFlag, "runs", defaultRuns,
 		"runs as destinations:events:rate[:bytes[:repeats]] (destinations 0 = ingest alone; rate 0 = as fast as confirms allow; bytes default 1024, repeats 1)")
 	fs.StringVar(&clusterURL, "cluster-redis", "", "Redis Cluster URL (redis://node?addr=node…, 127.0.0.1) for the -cluster-runs rows; FLUSHALL on every master before each")
-	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0:1024:3", "rows run on -cluster-redis after the others, as -runs")
+	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0:1024:5", "rows run on -cluster-redis after the others, as -runs")
 	fs.StringVar(&e.baselineBin, "baseline-relay", "", "an older relay binary (the baseline) that runs the -baseline-runs rows too, in the same run")
-	fs.StringVar(&baselineRuns, "baseline-runs", "1000:20:0:1024:3", "rows the -baseline-relay runs on -redis, as -runs")
+	fs.StringVar(&baselineRuns, "baseline-runs", "1000:20:0:1024:5", "rows the -baseline-relay runs on -redis, as -runs")
 	fs.StringVar(&aimsOut, "aims-out", "", "write the aims table to this file instead of stdout (scripts/bench.sh puts it first)")
 	fs.IntVar(&e.rabbitPID, "rabbit-pid", 0, "the broker's pid, to report its CPU per delivery")
 	fs.DurationVar(&e.idleFor, "idle", 5*time.Second, "per row, how long Redis and relay CPU are read with nothing published, after the warm-up")
@@ -271,7 +273,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	// at setup), the stamped EventBridge in a process of its own.
 	e.sts = awstest.NewSTSHandler()
 	var closeSTS func()
-	if e.stsURL, closeSTS, err = serveLoopback(e.sts); err != nil {
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.stsCalls.Add(1); e.sts.ServeHTTP(w, r) })
+	if e.stsURL, closeSTS, err = serveLoopback(counted); err != nil {
 		return err
 	}
 	defer closeSTS()
@@ -290,16 +293,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var results []benchResult
 	for i, r := range runs {
 		t0 := time.Now()
-		bares := e.bareReps(ctx, r, i)
-		bareTime := time.Since(t0)
 		var res benchResult
 		if r.cluster {
-			res = e.benchOne(ctx, r, i, clusterURL, cluster, bares)
+			res = e.benchOne(ctx, r, i, clusterURL, cluster)
 		} else {
-			res = e.benchOne(ctx, r, i, redisURL, rdb, bares)
-		}
-		if len(bares) > 0 {
-			res.bareTime = bareTime
+			res = e.benchOne(ctx, r, i, redisURL, rdb)
 		}
 		if res.err != "" {
 			logf("run %d (%d destinations) failed: %s", i+1, r.dests, res.err)
@@ -329,39 +327,52 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// bareReps measures a row's bare path r.repeats times, before the row's relay starts:
-// the bare pipeline for one destination, the bare fan-out for many, none for ingest.
-func (e *benchEnv) bareReps(ctx context.Context, r benchRun, idx int) []*bareResult {
-	var bares []*bareResult
+// barePath is a row's bare path, set up once the row's relay is warm and its idle cost
+// read: run is one repetition of it, run right after each of the relay's (ABAB…), so
+// that both see the machine as it is at that moment.
+type barePath interface {
+	run(ctx context.Context) *bareResult
+	close()
+}
+
+// newBarePath sets up row r's bare path: the bare pipeline for one destination, the bare
+// fan-out for many, none (nil) for ingest.
+func (e *benchEnv) newBarePath(ctx context.Context, r benchRun, idx int) (barePath, error) {
 	switch {
 	case r.ingestOnly():
-		return nil
+		return nil, nil
 	case r.dests == 1:
-		bares = barePipeline(ctx, r, idx, e.amqpURL, e.key, e.bus, e.rabbitPID)
-	default:
-		f, err := newFanOut(ctx, r, idx, e.stsURL, e.sts, e.bus, e.key)
+		p, err := newBarePipeline(ctx, r, idx, e.amqpURL, e.key, e.bus, e.rabbitPID)
 		if err != nil {
-			bares = []*bareResult{{err: "bare fan-out: " + err.Error()}}
-		} else {
-			for range r.repeats {
-				evs := make([]*event, r.events)
-				for i := range evs {
-					evs[i] = sizedEvent("bench.fanout", e.key, i+1, r.size)
-				}
-				bares = append(bares, f.run(ctx, evs, e.bus))
-			}
-			f.close()
+			return nil, fmt.Errorf("bare pipeline: %w", err)
 		}
+		return p, nil
 	}
-	for k, b := range bares {
-		if b.err != "" {
-			logf("run %d: bare path failed: %s", idx+1, b.err)
-		} else {
-			logf("run %d.%d: bare %s %.0f/s", idx+1, k+1, bareKind(r), b.perSec)
-		}
+	f, err := newFanOut(ctx, r, idx, e.stsURL, e.sts, e.bus, e.key)
+	if err != nil {
+		return nil, fmt.Errorf("bare fan-out: %w", err)
 	}
-	return bares
+	return &fanOutPath{f: f, r: r, key: e.key, bus: e.bus}, nil
 }
+
+// fanOutPath is the bare fan-out as a row's bare path: each repetition the row's events
+// to every destination's bus.
+type fanOutPath struct {
+	f   *fanOut
+	r   benchRun
+	key []byte
+	bus *remoteBus
+}
+
+func (p *fanOutPath) run(ctx context.Context) *bareResult {
+	evs := make([]*event, p.r.events)
+	for i := range evs {
+		evs[i] = sizedEvent("bench.fanout", p.key, i+1, p.r.size)
+	}
+	return p.f.run(ctx, evs, p.bus)
+}
+
+func (p *fanOutPath) close() { p.f.close() }
 
 // benchLogKey is the bench account's log (internal/store keys.go: relay:{acct}:log): the
 // ingest row counts what the relay stored there.
@@ -372,10 +383,10 @@ var benchLogKey = storetest.LogKey("acct_bench")
 const benchRole = "arn:aws:iam::111122223333:role/bench-delivery-%d-%d"
 
 // benchOne runs row r on one `relay serve` (the baseline binary for a baseline row)
-// against rdb at redisURL; bares[k] is the bare path's repetition k, set beside the
-// relay's. Its steps: a relay started on an empty Redis, warmed up, its idle cost
-// measured, then the timed repetitions.
-func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL string, rdb redis.UniversalClient, bares []*bareResult) (res benchResult) {
+// against rdb at redisURL. Its steps: a relay started on an empty Redis, warmed up, its
+// idle cost measured, then the row's bare path set up, then the timed repetitions, each
+// of the relay's followed by one of the bare path's.
+func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL string, rdb redis.UniversalClient) (res benchResult) {
 	res.benchRun = r
 	if err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() }); err != nil {
 		res.err = err.Error()
@@ -409,7 +420,17 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL s
 			return
 		}
 	}
-	if res.err = e.repeat(ctx, r, idx, exchange, rep, pub, rdb, bares, &res); res.err != "" {
+	t1 := time.Now()
+	bare, err := e.newBarePath(ctx, r, idx)
+	res.bareTime = time.Since(t1)
+	if err != nil {
+		logf("run %d: %s", idx+1, err)
+		bare = failedBare(err.Error())
+	}
+	if bare != nil {
+		defer bare.close()
+	}
+	if res.err = e.repeat(ctx, r, idx, exchange, rep, pub, rdb, bare, &res); res.err != "" {
 		return
 	}
 	res.dups = e.bus.counts().Dups - dupBase
@@ -534,10 +555,14 @@ func (e *benchEnv) idleCost(ctx context.Context, r benchRun, rep *replica, rdb r
 	return ""
 }
 
-// repeat runs row r's timed repetitions into res.reps, each beside the bare path's
-// (bares[k]). It returns what failed, "" for nothing.
-func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange string, rep *replica, pub *publisher, rdb redis.UniversalClient, bares []*bareResult, res *benchResult) string {
-	for k := range r.repeats {
+// repeat runs row r's timed repetitions into res.reps, each followed by one of the
+// bare path's (none for ingest): r.repeats pairs, then more until the row's verdicts
+// are settled, up to r.maxRepeats(). It returns what failed, "" for nothing.
+func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange string, rep *replica, pub *publisher, rdb redis.UniversalClient, bare barePath, res *benchResult) string {
+	for k := range r.maxRepeats() {
+		if k >= r.repeats && res.settled() {
+			break
+		}
 		evs := make([]*event, r.events)
 		for i := range evs {
 			evs[i] = sizedEvent(exchange, e.key, k*r.events+i+1, r.size)
@@ -552,15 +577,26 @@ func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange str
 		if failed != "" {
 			return failed
 		}
-		if k < len(bares) {
-			one.bare = bares[k]
+		logf("%s%d destinations × %d events of %d B (%d, at least %d): %.0f/s, p50 %s p99 %s, %d AssumeRole calls", baselineNote(r), r.dests, r.events, r.size,
+			k+1, r.repeats, one.perSec, one.lat.at(0.5), one.lat.at(0.99), one.assumeCalls)
+		if bare != nil {
+			one.bare = bare.run(ctx)
+			if one.bare.err != "" {
+				logf("run %d.%d: bare path failed: %s", idx+1, k+1, one.bare.err)
+			} else {
+				logf("run %d.%d: %s %.0f/s, p50 %s p99 %s (none for the fan-out)", idx+1, k+1, bareKind(r), one.bare.perSec, one.bare.lat.at(0.5), one.bare.lat.at(0.99))
+			}
 		}
 		res.reps = append(res.reps, one)
-		logf("%s%d destinations × %d events of %d B (%d of %d): %.0f/s, p50 %s p99 %s, %d AssumeRole calls", baselineNote(r), r.dests, r.events, r.size,
-			k+1, r.repeats, one.perSec, one.lat.at(0.5), one.lat.at(0.99), one.assumeCalls)
 	}
 	return ""
 }
+
+// failedBare is a bare path that could not be set up: each repetition says why.
+type failedBare string
+
+func (f failedBare) run(context.Context) *bareResult { return &bareResult{err: string(f)} }
+func (failedBare) close()                            {}
 
 // readMemory reads, after a memory row's repetitions, used_memory once its destinations
 // have committed their last delivery, and what each of the destination's keys holds.

@@ -11,24 +11,20 @@ import (
 	"github.com/mercamap/relay/internal/store/storetest"
 )
 
-// The aims of issue 23, judged by judgeAims.
+// The aims of issue 23 still judged by judgeAims (issue 46's are in verdict.go).
 const (
-	aimSize             = 1024             // event size every aim is set for
-	aimOneDest          = 0.90             // one destination as fast as confirmed / bare pipeline
-	aimFanOut           = 0.80             // 100, 1,000 and 10,000 destinations / bare fan-out
-	aimCPUDests         = 1000             // the row the CPU-per-delivery aims are read on
-	aimRedisPerDelivery = 1.0              // Redis CPU per delivery / per ingested event
-	aimRelayCPU         = 1.3              // relay CPU per delivery / the bare fan-out's writers'
-	aimIdleDests        = 10000            // the idle aim's row: leased destinations, nothing published
-	aimIdleShare        = 0.02             // of one core, Redis and relay each
-	aimAddedP99         = time.Millisecond // relay-added p99, 1 destination, 1 KB at 200/s
-	aimLatencyRate      = 200              // the publish rate the latency aim is set for
-	aimManyDests        = 100000           // destinations on one replica
-	aimManyRSSKiB       = 1 << 20          // their peak RSS: 1 GiB
-	aimManyFanOut       = 0.70             // their deliveries/s / bare fan-out
-	aimClusterDests     = 1000             // one account's destinations on Redis Cluster
-	aimCluster          = 0.90             // deliveries/s on the cluster / on one server
-	issue17RSSKiB       = 150 * 1024       // issue 17: 10,000 destinations, peak RSS
+	aimSize             = 1024       // event size every aim is set for
+	aimCPUDests         = 1000       // the row the CPU-per-delivery aims are read on
+	aimRedisPerDelivery = 1.0        // Redis CPU per delivery / per ingested event
+	aimRelayCPU         = 1.3        // relay CPU per delivery / the bare fan-out's writers'
+	aimIdleDests        = 10000      // the idle aim's row: leased destinations, nothing published
+	aimIdleShare        = 0.02       // of one core, Redis and relay each
+	aimLatencyRate      = 200        // the publish rate the latency aim is set for
+	aimManyDests        = 100000     // destinations on one replica
+	aimManyRSSKiB       = 1 << 20    // their peak RSS: 1 GiB
+	aimClusterDests     = 1000       // one account's destinations on Redis Cluster
+	aimCluster          = 0.90       // deliveries/s on the cluster / on one server
+	issue17RSSKiB       = 150 * 1024 // issue 17: 10,000 destinations, peak RSS
 )
 
 // The memory aims of issue 30, judged by memoryAims.
@@ -52,6 +48,7 @@ const (
 	unmeasured aimState = iota
 	met
 	notMet
+	unsure // the figure's interval crosses its target: another run may judge either way
 )
 
 func (s aimState) String() string {
@@ -60,6 +57,8 @@ func (s aimState) String() string {
 		return "met"
 	case notMet:
 		return "NOT met"
+	case unsure:
+		return "unsure"
 	}
 	return "not measured"
 }
@@ -87,22 +86,7 @@ func aimRow(n int) func(benchRun) bool {
 func judgeAims(results []benchResult) []aim {
 	var aims []aim
 
-	one := aim{what: "1 destination, as fast as confirmed / bare pipeline (consume → PutEvents → ack)",
-		target: fmt.Sprintf("≥ %.0f%%", 100*aimOneDest), figure: "no row 1:…:0 of 1 KB"}
-	if r, ok := findRow(results, aimRow(1)); ok {
-		one.figure, one.state = ratioAim(r, aimOneDest)
-	}
-	aims = append(aims, one)
-
-	for _, n := range []int{100, 1000, 10000} {
-		x := aim{what: fmt.Sprintf("%s destinations / bare fan-out", thousands(n)),
-			target: fmt.Sprintf("≥ %.0f%%", 100*aimFanOut), figure: fmt.Sprintf("no row %d:…:0 of 1 KB", n)}
-		if r, ok := findRow(results, aimRow(n)); ok {
-			x.figure, x.state = ratioAim(r, aimFanOut)
-		}
-		aims = append(aims, x)
-	}
-
+	aims = append(aims, cpuAims(results)...)
 	cpuRow, okCPU := findRow(results, aimRow(aimCPUDests))
 	ingest, okIngest := findRow(results, aimRow(0))
 	red := aim{what: fmt.Sprintf("Redis CPU per delivery (%s destinations, ingest's share taken out) / Redis CPU per ingested event (the ingest row), same run", thousands(aimCPUDests)),
@@ -114,19 +98,29 @@ func judgeAims(results []benchResult) []aim {
 		red.figure = "no ingest row 0:…:0 of 1 KB"
 	default:
 		perEvent := ingest.redisPerEvent()
-		d := cpuRow.redisPerDeliveryNet(perEvent)
-		red.figure = fmt.Sprintf("%.1f µs against %.1f µs: %.2f× (%.1f µs with ingest's share)", d, perEvent, d/perEvent, medianRedisPerDelivery(cpuRow))
-		red.state = judge(perEvent > 0 && d <= aimRedisPerDelivery*perEvent)
+		sp := spreadOf(cpuRow.redisPerDeliveryNets(perEvent))
+		red.figure = fmt.Sprintf("%.1f µs (%.1f–%.1f, %d runs) against %.1f µs: %.2f× (%.1f µs with ingest's share)", sp.med, sp.lo, sp.hi, sp.n, perEvent, sp.med/perEvent, medianRedisPerDelivery(cpuRow))
+		red.state = unmeasured
+		if perEvent > 0 {
+			red.state = sp.atMost(aimRedisPerDelivery * perEvent)
+		}
 	}
 	aims = append(aims, red)
 
 	cpu := aim{what: fmt.Sprintf("relay CPU per delivery / the bare fan-out's writers' CPU per delivery, %s destinations, same run", thousands(aimCPUDests)),
 		target: fmt.Sprintf("≤ %.1f×", aimRelayCPU), figure: fmt.Sprintf("no row %d:…:0 of 1 KB", aimCPUDests)}
 	if okCPU {
+		var ratios []float64
+		for _, rep := range cpuRow.pairs() {
+			if rep.bare.loadCPU > 0 {
+				ratios = append(ratios, float64(rep.relayCPU)/float64(rep.bare.loadCPU))
+			}
+		}
 		relay := cpuRow.perDelivery(func(rep repResult) time.Duration { return rep.relayCPU })
-		if bare, ok := cpuRow.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU }); ok && bare > 0 {
-			cpu.figure = fmt.Sprintf("%.1f µs against %.1f µs: %.2f×", relay, bare, relay/bare)
-			cpu.state = judge(relay <= aimRelayCPU*bare)
+		if bare, ok := cpuRow.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU }); ok && len(ratios) > 0 {
+			sp := spreadOf(ratios)
+			cpu.figure = fmt.Sprintf("%.1f µs against %.1f µs: %s", relay, bare, sp.ratio("pairs"))
+			cpu.state = sp.atMost(aimRelayCPU)
 		} else {
 			cpu.figure = "the bare fan-out failed"
 		}
@@ -152,37 +146,16 @@ func judgeAims(results []benchResult) []aim {
 		}
 	}
 
-	lat := aim{what: fmt.Sprintf("relay-added p99, 1 destination, 1 KB at %d/s", aimLatencyRate),
-		target: fmt.Sprintf("≤ %s", aimAddedP99), figure: fmt.Sprintf("no row 1:…:%d of 1 KB", aimLatencyRate)}
-	if r, ok := findRow(results, func(r benchRun) bool { return r.dests == 1 && r.rate == aimLatencyRate && r.size == aimSize }); ok {
-		var added []time.Duration
-		for _, rep := range r.reps {
-			if rep.bare == nil || rep.bare.err != "" {
-				continue
-			}
-			added = append(added, rep.lat.at(0.99)-rep.bare.lat.at(0.99))
-		}
-		if len(added) > 0 {
-			m := benchkit.Median(added)
-			lat.figure = fmt.Sprintf("%s (runs %s)", round(m), durations(added))
-			lat.state = judge(m <= aimAddedP99)
-		} else {
-			lat.figure = "the bare pipeline failed"
-		}
-	}
-	aims = append(aims, lat)
+	aims = append(aims, latencyAims(results)...)
 
 	many, okMany := findRow(results, aimRow(aimManyDests))
 	mem := aim{what: fmt.Sprintf("%s destinations on one replica: peak RSS of the relay", thousands(aimManyDests)),
 		target: fmt.Sprintf("≤ %d GiB", aimManyRSSKiB>>20), figure: fmt.Sprintf("no row %d:…:0 of 1 KB", aimManyDests)}
-	manyRate := aim{what: fmt.Sprintf("%s destinations on one replica / bare fan-out", thousands(aimManyDests)),
-		target: fmt.Sprintf("≥ %.0f%%", 100*aimManyFanOut), figure: mem.figure}
 	if okMany {
 		mem.figure = fmt.Sprintf("%.0f MiB (idle %.0f MiB)", float64(many.hwm)/1024, float64(many.rssIdle)/1024)
 		mem.state = judge(many.hwm > 0 && many.hwm <= aimManyRSSKiB)
-		manyRate.figure, manyRate.state = ratioAim(many, aimManyFanOut)
 	}
-	aims = append(aims, mem, manyRate)
+	aims = append(aims, mem)
 
 	cl := aim{what: fmt.Sprintf("one account with %s destinations on Redis Cluster (3 masters + 3 replicas): deliveries/s / the same on one server", thousands(aimClusterDests)),
 		target: fmt.Sprintf("≥ %.0f%%", 100*aimCluster), figure: fmt.Sprintf("no row %d:…:0 of 1 KB on each", aimClusterDests)}
@@ -190,9 +163,17 @@ func judgeAims(results []benchResult) []aim {
 	clustered, okCluster := findClusterRow(results, aimRow(aimClusterDests))
 	if okServer && okCluster {
 		a, b := benchkit.Median(clustered.perSecs()), benchkit.Median(server.perSecs())
-		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s; each / its bare fan-out: %s against %s)", pct(a/b), a, b,
+		var shares []float64 // each of the cluster's runs over the server's median
+		for _, x := range clustered.perSecs() {
+			shares = append(shares, x/b)
+		}
+		sp := spreadOf(shares)
+		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s, the cluster's runs over the server's median; each / its bare fan-out: %s against %s)", sp.percent("runs"), a, b,
 			pct(benchkit.Median(clustered.ratios())), pct(benchkit.Median(server.ratios())))
-		cl.state = judge(b > 0 && a >= aimCluster*b)
+		cl.state = unmeasured
+		if b > 0 {
+			cl.state = sp.atLeast(aimCluster)
+		}
 	}
 	aims = append(aims, cl)
 	return append(aims, memoryAims(results)...)
@@ -390,15 +371,15 @@ func (r benchResult) redisPerEvent() float64 {
 	return benchkit.Median(us)
 }
 
-// redisPerDeliveryNet is Redis CPU per delivery with ingest's share taken out: each
+// redisPerDeliveryNets are Redis CPU per delivery with ingest's share taken out: each
 // repetition's Redis CPU less its E events × perEvent (the ingest row's figure), over
-// its N × E deliveries; median of the repetitions, in µs.
-func (r benchResult) redisPerDeliveryNet(perEvent float64) float64 {
+// its N × E deliveries, in µs.
+func (r benchResult) redisPerDeliveryNets(perEvent float64) []float64 {
 	var us []float64
 	for _, rep := range r.reps {
 		us = append(us, (float64(rep.redisTotal().Microseconds())-perEvent*float64(r.events))/float64(r.deliveries()))
 	}
-	return benchkit.Median(us)
+	return us
 }
 
 // barePerDelivery is the median over the bare path's repetitions of get per delivery,
@@ -434,16 +415,6 @@ func findRow(results []benchResult, match func(benchRun) bool) (benchResult, boo
 		}
 	}
 	return benchResult{}, false
-}
-
-// ratioAim judges the median, over the repetitions, of relay / bare path.
-func ratioAim(r benchResult, target float64) (string, aimState) {
-	ratios := r.ratios()
-	if len(ratios) == 0 {
-		return "the bare path failed", unmeasured
-	}
-	m := benchkit.Median(ratios)
-	return fmt.Sprintf("%s (runs %s; %.0f against %.0f/s)", pct(m), pcts(ratios), benchkit.Median(r.perSecs()), benchkit.Median(r.barePerSecs())), judge(m >= target)
 }
 
 // ratios are relay / bare path for each repetition whose bare path ran.
@@ -492,7 +463,8 @@ func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repRes
 // aimsTable is the aims of the issues with this run's figures and verdicts.
 func aimsTable(aims []aim) string {
 	var b strings.Builder
-	b.WriteString("### Aims (issues 23 and 30), this run\n\n")
+	b.WriteString("### Aims (issues 23, 30, 31 and 46), this run\n\n")
+	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 90% confidence; a verdict whose interval crosses its target is \"unsure\".\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")
@@ -511,7 +483,7 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 	fmt.Fprintf(&b, "### End to end (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "load average before %s, after %s; nproc %d. Rows of several runs give medians (each run's ratio in brackets); "+
 		"the bare path of one destination is the bare pipeline, of many the bare fan-out; the row of 0 destinations is ingest alone (events stored/s). "+
-		"Wall time: the bare path's in all (sessions, clients, warm-up and its repetitions), and the relay's start until every destination has the warm-up event (not in any figure).\n\n", load, loadAfter, nproc())
+		"Wall time: the bare path's set-up (sessions, clients, warm-up), and the relay's start until every destination has the warm-up event (not in any figure).\n\n", load, loadAfter, nproc())
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| destinations\t event bytes\t events × runs\t publish rate\t relay\t deliveries/s\t bare path/s\t relay / bare\t latency p50 / p99 / max\t bare pipeline p50 / p99 / p99.9\t relay-added p50 / p99 / p99.9\t duplicates\t relay RSS MiB idle → end (peak)\t setup: bare, relay\t Redis\t")
 	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---:\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---\t")
@@ -599,8 +571,8 @@ func (r benchResult) addedLat(q float64) time.Duration {
 // cpuReport is what each delivery cost each process, relay beside its bare path.
 func cpuReport(b *strings.Builder, results []benchResult) {
 	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| destinations\t event bytes\t publish rate\t Redis\t path\t relay µs/delivery\t Redis µs/delivery\t load process µs/delivery\t bus µs/delivery\t rabbitmq µs/delivery\t total\t")
-	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t")
+	fmt.Fprintln(tw, "| destinations\t event bytes\t publish rate\t Redis\t path\t relay µs/delivery\t Redis µs/delivery\t load process µs/delivery\t bus µs/delivery\t rabbitmq µs/delivery\t total\t total / the bare path's, pair by pair\t")
+	fmt.Fprintln(tw, "| ---:\t ---:\t ---:\t ---\t ---\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t ---:\t")
 	rows := 0
 	for _, r := range results {
 		if len(r.reps) == 0 {
@@ -615,8 +587,12 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 		if r.ingestOnly() {
 			path += ", ingest alone (per event)"
 		}
-		fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t\n", r.dests, r.size, r.rateName(), r.redisKind(),
-			path, relay, red, loadP, bus, rabbit, relay+red+loadP+bus+rabbit)
+		ratio := "–"
+		if sp := spreadOf(r.cpuRatios()); sp.n > 0 {
+			ratio = sp.ratio("pairs")
+		}
+		fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %s\t\n", r.dests, r.size, r.rateName(), r.redisKind(),
+			path, relay, red, loadP, bus, rabbit, relay+red+loadP+bus+rabbit, ratio)
 		rows++
 		bareLoad, ok := r.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU })
 		if !ok {
@@ -630,7 +606,7 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 		} else {
 			bareRabbit = 0 // the fan-out uses no broker: what the broker spent meanwhile is not its
 		}
-		fmt.Fprintf(tw, "| %d\t %d\t %s\t –\t %s\t –\t –\t %.1f\t %.1f\t %s\t %.1f\t\n", r.dests, r.size, r.rateName(), bareKind(r.benchRun),
+		fmt.Fprintf(tw, "| %d\t %d\t %s\t –\t %s\t –\t –\t %.1f\t %.1f\t %s\t %.1f\t\t\n", r.dests, r.size, r.rateName(), bareKind(r.benchRun),
 			bareLoad, bareBus, rabbitCol, bareLoad+bareBus+bareRabbit)
 	}
 	if rows == 0 {
@@ -639,7 +615,8 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 	fmt.Fprintln(b, "CPU per delivery over each timed run (first publish, or the fan-out's first write, to the bus's last answer; the ingest row: to the moment the account's log holds every event, per event), median of the runs: "+
 		"the relay process, the bus process (`loadtest bus`, the sandbox EventBridge) and the broker from /proc/PID/stat (utime + stime), Redis from INFO cpu (used_cpu_user + used_cpu_sys, every master), "+
 		"the load process (this one: the publisher; for the bare pipeline also its consumer; for the bare fan-out its writers alone) from getrusage. "+
-		"The bare fan-out uses no broker.")
+		"The bare fan-out uses no broker. Each of the relay's runs is followed by one of its bare path's (ABAB…); the last column is the total of each pair's relay run over its bare run's: "+
+		"the median, and the interval that holds it with at least 90% confidence (order statistics of the pairs).")
 	fmt.Fprintln(b)
 	tw.Flush()
 	fmt.Fprintln(b)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,8 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/mercamap/relay/internal/awstest"
+	"github.com/mercamap/relay/internal/destination"
 )
 
 // The bench's bus, written to by the real SDK: it stamps each entry's first take per
@@ -28,7 +32,7 @@ func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
 		t.Helper()
 		if _, err := eb.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 			EventBusName: aws.String(busARN), Source: aws.String("com.bench.test"), DetailType: aws.String("job.completed"),
-			Detail: aws.String(bareDetail(id, []byte(`{"x":1}`)))}}}); err != nil {
+			Detail: aws.String(bareDetail("d0", "job.completed", amqp.Publishing{Headers: amqp.Table{"ce-id": []byte(id)}, Body: []byte(`{"x":1}`)}))}}}); err != nil {
 			t.Fatalf("PutEvents to %s: %v", busARN, err)
 		}
 	}
@@ -55,5 +59,18 @@ func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
 	}
 	if c.N != 3 {
 		t.Fatalf("waiting for 3 entries answered %+v", c)
+	}
+}
+
+// TestBarePathsWriteTheRelaysBody: what the bare paths put on the bus is the body the
+// relay's sink writes for the same event at a destination of the same id, byte for byte.
+func TestBarePathsWriteTheRelaysBody(t *testing.T) {
+	ev := sizedEvent("bench.x", []byte("k"), 1, 1024)
+	id, _ := ev.msg.Headers["ce-id"].([]byte)
+	at, _ := ev.msg.Headers["ce-time"].([]byte)
+	want := destination.Message{ID: destination.MessageID("d3", string(id)), Type: ev.key, EventID: string(id),
+		CreatedAt: string(at), Data: json.RawMessage(ev.msg.Body)}.Body()
+	if got := bareDetail("d3", ev.key, ev.msg); got != string(want) || !strings.Contains(got, `"event_id":"`+ev.id+`"`) {
+		t.Errorf("bareDetail = %.200s…, want the relay's body %.200s…", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -13,9 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/benchkit"
+	"github.com/mercamap/relay/internal/destination"
 )
 
 // fanOutConns caps the bare fan-out's connections to the bus and its writes in flight:
@@ -115,7 +118,7 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base i
 		for _, e := range evs {
 			if _, err := f.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 				EventBusName: aws.String(f.buses[i]), Source: aws.String("com.bench.bare"), DetailType: aws.String(e.key),
-				Detail: aws.String(bareDetail(e.id, e.msg.Body)), Time: aws.Time(time.Now())}}}, session); err != nil {
+				Detail: aws.String(bareDetail(fmt.Sprintf("d%d", i), e.key, e.msg)), Time: aws.Time(time.Now())}}}, session); err != nil {
 				return fmt.Errorf("PutEvents to %s: %w", f.buses[i], err)
 			}
 		}
@@ -133,10 +136,16 @@ func (f *fanOut) write(ctx context.Context, evs []*event, bus *remoteBus, base i
 
 func (f *fanOut) close() { f.http.GetTransport().CloseIdleConnections() }
 
-// bareDetail is what the bare paths put on the bus for an event: its id and its body,
-// as the relay's message carries them.
-func bareDetail(id string, body []byte) string {
-	return `{"event_id":"` + id + `","data":` + string(body) + `}`
+// bareDetail is what the bare paths put on the bus for an event of msg's headers and
+// body at destination dest: the body the relay's sink writes (destination.Message.Body:
+// its message id, type, data, event id and time), so that the bus parses as many bytes
+// of the same shape for either path. Until issue 46 the bare paths wrote only the event
+// id and the data, ~90 bytes fewer a 1 KB event, and the bus spent ~10% less on each.
+func bareDetail(dest, typ string, msg amqp.Publishing) string {
+	id, _ := msg.Headers["ce-id"].([]byte)
+	at, _ := msg.Headers["ce-time"].([]byte)
+	return string(destination.Message{ID: destination.MessageID(dest, string(id)), Type: typ, EventID: string(id),
+		CreatedAt: string(at), Data: json.RawMessage(msg.Body)}.Body())
 }
 
 // writers runs fn(w, i) for i = 0 … n-1 on min(n, fanOutConns) goroutines, goroutine w

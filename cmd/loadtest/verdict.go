@@ -1,0 +1,282 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A figure measured several times is judged by its median and the interval that holds
+// the median with at least 90% confidence (the order statistics x(k)…x(n+1-k) of n
+// repetitions: with n = 5, the smallest and the largest, 93.75%). A verdict whose
+// interval crosses its target is "unsure", never "met": two runs of the same code then
+// disagree only when one of them is wrong by more than its own spread says.
+
+// spread is a figure measured n times: its median and the interval lo…hi.
+type spread struct {
+	med, lo, hi float64
+	n           int
+}
+
+// medianConfidence is the least confidence the interval of a spread has in holding the
+// median (for n ≥ 5; fewer repetitions give their smallest and largest, with less).
+const medianConfidence = 0.90
+
+// spreadOf is the spread of xs; the zero spread (n 0) for none.
+func spreadOf(xs []float64) spread {
+	if len(xs) == 0 {
+		return spread{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	k := medianRank(n)
+	med := s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return spread{med: med, lo: s[k-1], hi: s[n-k], n: n}
+}
+
+// medianRank is the largest k ≥ 1 such that x(k)…x(n+1-k) of n repetitions holds their
+// population's median with at least medianConfidence: 1 − 2·P(Binomial(n, ½) < k).
+func medianRank(n int) int {
+	k := 1
+	for next := 2; next <= (n+1)/2; next++ {
+		if 1-2*binomBelow(n, next) < medianConfidence {
+			break
+		}
+		k = next
+	}
+	return k
+}
+
+// binomBelow is P(Binomial(n, ½) < k).
+func binomBelow(n, k int) float64 {
+	p, c := 0.0, 1.0 // c: n choose i
+	for i := 0; i < k; i++ {
+		p += c
+		c = c * float64(n-i) / float64(i+1)
+	}
+	for range n {
+		p /= 2
+	}
+	return p
+}
+
+// atMost judges "≤ target": met when the whole interval is at or under it, NOT met when
+// the whole interval is over it, unsure when it crosses; not measured without figures.
+func (s spread) atMost(target float64) aimState {
+	switch {
+	case s.n == 0:
+		return unmeasured
+	case s.hi <= target:
+		return met
+	case s.lo > target:
+		return notMet
+	}
+	return unsure
+}
+
+// atLeast judges "≥ target" the same way.
+func (s spread) atLeast(target float64) aimState {
+	switch {
+	case s.n == 0:
+		return unmeasured
+	case s.lo >= target:
+		return met
+	case s.hi < target:
+		return notMet
+	}
+	return unsure
+}
+
+// ratio prints a spread of ratios: "1.12× (1.05–1.20, 5 pairs)".
+func (s spread) ratio(unit string) string {
+	return fmt.Sprintf("%.2f× (%.2f–%.2f, %d %s)", s.med, s.lo, s.hi, s.n, unit)
+}
+
+// percent prints a spread of shares: "93% (88–97%, 5 pairs)".
+func (s spread) percent(unit string) string {
+	return fmt.Sprintf("%.0f%% (%.0f–%.0f%%, %d %s)", 100*s.med, 100*s.lo, 100*s.hi, s.n, unit)
+}
+
+// systemCPU is what every process spent on one repetition of the relay's path: the
+// relay, Redis (every master), the broker, the bus and the load process (the publisher).
+func (rep repResult) systemCPU() time.Duration {
+	return rep.relayCPU + rep.redisTotal() + rep.rabbitCPU + rep.busCPU + rep.loadCPU
+}
+
+// systemCPU is the same for a repetition of the bare path: the load process (the bare
+// pipeline's publisher and consumer, or the fan-out's writers), the bus, and the broker
+// for the bare pipeline (the fan-out uses none: what the broker spent meanwhile is not its).
+func (b *bareResult) systemCPU(pipeline bool) time.Duration {
+	t := b.loadCPU + b.busCPU
+	if pipeline {
+		t += b.rabbitCPU
+	}
+	return t
+}
+
+// pairs is each repetition of the row whose bare repetition (run right after it) ran.
+func (r benchResult) pairs() []repResult {
+	var out []repResult
+	for _, rep := range r.reps {
+		if rep.bare != nil && rep.bare.err == "" {
+			out = append(out, rep)
+		}
+	}
+	return out
+}
+
+// cpuRatios are, pair by pair, the relay path's whole-system CPU per delivery over the
+// bare path's (both deliver the same number of events to as many destinations).
+func (r benchResult) cpuRatios() []float64 {
+	var out []float64
+	for _, rep := range r.pairs() {
+		if b := rep.bare.systemCPU(r.dests == 1); b > 0 {
+			out = append(out, float64(rep.systemCPU())/float64(b))
+		}
+	}
+	return out
+}
+
+// latRatios are, pair by pair, the relay's latency quantile q over the bare pipeline's.
+func (r benchResult) latRatios(q float64) []float64 {
+	var out []float64
+	for _, rep := range r.pairs() {
+		if b := rep.bare.lat.at(q); b > 0 && len(rep.lat) > 0 {
+			out = append(out, float64(rep.lat.at(q))/float64(b))
+		}
+	}
+	return out
+}
+
+// The aims of issue 46: whole-system CPU per delivery against the bare path's, latency
+// against the bare pipeline's, each pair of a row run one after the other.
+const (
+	aimCPUQuiet    = 1.25 // 1 destination at 200/s
+	aimCPUOne      = 1.10 // 1 destination at 2,000/s and as fast as confirmed
+	aimCPUFanOut   = 1.10 // 1,000 and 10,000 destinations
+	aimCPUMany     = 1.20 // 100,000 destinations
+	aimLatRatio    = 1.3  // relay p99 / bare pipeline p99, 1 destination at 200/s and 2,000/s
+	aimLatFastRate = 2000 // the second latency row's rate
+)
+
+// cpuAim is the target of row r's whole-system CPU ratio, false when no aim is set on it.
+func cpuAim(r benchRun) (float64, bool) {
+	if r.size != aimSize || r.cluster || r.baseline != "" || r.memoryRow() {
+		return 0, false
+	}
+	switch {
+	case r.dests == 1 && r.rate == aimLatencyRate:
+		return aimCPUQuiet, true
+	case r.dests == 1 && (r.rate == aimLatFastRate || r.rate == 0):
+		return aimCPUOne, true
+	case r.dests == aimCPUDests || r.dests == aimIdleDests:
+		return aimCPUFanOut, true
+	case r.dests == aimManyDests:
+		return aimCPUMany, true
+	}
+	return 0, false
+}
+
+// latAim says whether row r is one the latency ratio is judged on.
+func latAim(r benchRun) bool {
+	return r.dests == 1 && r.size == aimSize && !r.cluster && r.baseline == "" && (r.rate == aimLatencyRate || r.rate == aimLatFastRate)
+}
+
+// settled says whether another pair would not change row r's verdicts: every figure
+// judged on it has its interval on one side of its target.
+func (r benchResult) settled() bool {
+	if t, ok := cpuAim(r.benchRun); ok && spreadOf(r.cpuRatios()).atMost(t) == unsure {
+		return false
+	}
+	if latAim(r.benchRun) && spreadOf(r.latRatios(0.99)).atMost(aimLatRatio) == unsure {
+		return false
+	}
+	return true
+}
+
+// maxRepeats is how many pairs row r may run at most: until settled, up to twice its
+// repeats less one (5 → 9) for rows of up to 1,000 destinations, one pair more for
+// 10,000, none more for the 100,000-destination row, the ingest and the memory rows.
+func (r benchRun) maxRepeats() int {
+	switch {
+	case r.ingestOnly() || r.memoryRow() || r.dests >= aimManyDests:
+		return r.repeats
+	case r.dests > aimCPUDests:
+		return r.repeats + 2
+	}
+	return 2*r.repeats - 1
+}
+
+// cpuAims judges issue 46's whole-system CPU aims: each aim row's CPU per delivery of
+// every process against its bare path's, pair by pair, with the deliveries/s ratio
+// beside it as information.
+func cpuAims(results []benchResult) []aim {
+	rows := []struct {
+		what   string
+		target float64
+		match  func(benchRun) bool
+	}{
+		{"1 destination, 1 KB at 200/s", aimCPUQuiet, func(r benchRun) bool { return r.dests == 1 && r.rate == aimLatencyRate }},
+		{"1 destination, 1 KB at 2,000/s", aimCPUOne, func(r benchRun) bool { return r.dests == 1 && r.rate == aimLatFastRate }},
+		{"1 destination, 1 KB as fast as confirmed", aimCPUOne, func(r benchRun) bool { return r.dests == 1 && r.rate == 0 && !r.memoryRow() }},
+		{"1,000 destinations", aimCPUFanOut, func(r benchRun) bool { return r.dests == aimCPUDests && r.rate == 0 }},
+		{"10,000 destinations", aimCPUFanOut, func(r benchRun) bool { return r.dests == aimIdleDests && r.rate == 0 }},
+		{"100,000 destinations", aimCPUMany, func(r benchRun) bool { return r.dests == aimManyDests && r.rate == 0 }},
+	}
+	var aims []aim
+	for _, row := range rows {
+		match := func(r benchRun) bool { return r.size == aimSize && row.match(r) }
+		bare := "bare pipeline"
+		if !strings.HasPrefix(row.what, "1 destination") {
+			bare = "bare fan-out"
+		}
+		t := row.target
+		a := aim{what: fmt.Sprintf("%s: whole-system CPU per delivery (relay, Redis, broker, bus, load process) / the %s's, pairs run one after the other", row.what, bare),
+			target: fmt.Sprintf("≤ %.2f×", t)}
+		r, ok := findRow(results, match)
+		if !ok {
+			a.figure = "no such row in this run"
+			aims = append(aims, a)
+			continue
+		}
+		sp := spreadOf(r.cpuRatios())
+		if sp.n == 0 {
+			a.figure = "the bare path failed"
+		} else {
+			relay := r.perDelivery(repResult.systemCPU)
+			bare, _ := r.barePerDelivery(func(b *bareResult) time.Duration { return b.systemCPU(r.dests == 1) })
+			a.figure = fmt.Sprintf("%s; %.1f against %.1f µs; deliveries/s %s of the bare path's", sp.ratio("pairs"), relay, bare,
+				spreadOf(r.ratios()).percent("pairs"))
+			a.state = sp.atMost(t)
+		}
+		aims = append(aims, a)
+	}
+	return aims
+}
+
+// latencyAims judges the relay's publish-to-bus latency against the bare pipeline's, pair
+// by pair: p99 judged, p50 and p99.9 beside it.
+func latencyAims(results []benchResult) []aim {
+	var aims []aim
+	for _, rate := range []int{aimLatencyRate, aimLatFastRate} {
+		a := aim{what: fmt.Sprintf("relay p99 / bare pipeline p99 (publish → the bus's answer), 1 destination, 1 KB at %s/s, pairs run one after the other", thousands(rate)),
+			target: fmt.Sprintf("≤ %.1f×", aimLatRatio), figure: fmt.Sprintf("no row 1:…:%d of 1 KB", rate)}
+		if r, ok := findRow(results, func(r benchRun) bool { return r.dests == 1 && r.rate == rate && r.size == aimSize }); ok {
+			sp := spreadOf(r.latRatios(0.99))
+			if sp.n == 0 {
+				a.figure = "the bare pipeline failed"
+			} else {
+				a.figure = fmt.Sprintf("%s (%s against %s); p50 %s, p99.9 %s", sp.ratio("pairs"), round(r.lat(0.99)), round(r.bareLat(0.99)),
+					spreadOf(r.latRatios(0.5)).ratio("pairs"), spreadOf(r.latRatios(0.999)).ratio("pairs"))
+				a.state = sp.atMost(aimLatRatio)
+			}
+		}
+		aims = append(aims, a)
+	}
+	return aims
+}
