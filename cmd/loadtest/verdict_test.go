@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -102,5 +103,29 @@ func TestARowRunsMorePairsUntilItsVerdictsSettle(t *testing.T) {
 		if got := c.run.maxRepeats(); got != c.most {
 			t.Errorf("%+v: at most %d pairs, want %d", c.run, got, c.most)
 		}
+	}
+}
+
+// TestTheThroughputRowOfOneDestinationIsJudgedNotAMemoryRow: 1:2000:0 of 5 pairs delivers
+// 10,000 events in all, as many as the memory row's one run, and must still be judged
+// (the runs at 5ab7759 left its aim "not measured" and read memory after it).
+func TestTheThroughputRowOfOneDestinationIsJudgedNotAMemoryRow(t *testing.T) {
+	fast := benchRun{dests: 1, events: 2000, size: 1024, repeats: 5}
+	if fast.memoryRow() {
+		t.Error("1:2000:0:1024:5 is a memory row")
+	}
+	if target, ok := cpuAim(fast); !ok || target != aimCPUOne {
+		t.Errorf("1:2000:0:1024:5: aim %v %v, want ≤ %v×", target, ok, aimCPUOne)
+	}
+	for _, mem := range []benchRun{{dests: 1, events: 10000, size: 1024, repeats: 1}, {dests: 2, events: 10000, size: 1024, repeats: 1}} {
+		if !mem.memoryRow() {
+			t.Errorf("%+v is no memory row", mem)
+		}
+	}
+	pair := repResult{busCPU: 100 * time.Millisecond, bare: &bareResult{busCPU: 100 * time.Millisecond}}
+	rows := []benchResult{{benchRun: fast, reps: []repResult{pair, pair, pair, pair, pair}},
+		{benchRun: benchRun{dests: 1, events: 10000, size: 1024, repeats: 1}, reps: []repResult{pair}}}
+	if a := cpuAims(rows)[2]; a.state != met || !strings.Contains(a.figure, "5 pairs") {
+		t.Errorf("as fast as confirmed: %s %q, want met on its 5 pairs", a.state, a.figure)
 	}
 }
