@@ -111,23 +111,8 @@ func BuildCommit(top, commit string) (string, error) {
 	if err := os.Mkdir(src, 0o755); err != nil {
 		return "", err
 	}
-	archive := exec.Command("git", "archive", commit)
-	archive.Dir = top // from a subdirectory, git archive takes only that
-	untar := exec.Command("tar", "-x", "-C", src)
-	var archiveErr, untarErr bytes.Buffer
-	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
-	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
+	if err := extract(top, commit, src); err != nil {
 		return "", err
-	}
-	if err := untar.Start(); err != nil {
-		return "", err
-	}
-	if err := archive.Run(); err != nil {
-		_ = untar.Wait()
-		return "", fmt.Errorf("git archive %s: %v: %s", commit, err, archiveErr.String())
-	}
-	if err := untar.Wait(); err != nil {
-		return "", fmt.Errorf("tar -x of git archive %s: %v: %s", commit, err, untarErr.String())
 	}
 	built := filepath.Join(work, "relay")
 	gobuild := exec.Command("go", "build", "-o", built, "./cmd/relay")
@@ -146,25 +131,34 @@ func ExtractCommit(t testing.TB, commit string, paths ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	root := RepoRoot(t)
-	archive := exec.Command("git", append([]string{"-C", root, "archive", "--format=tar", commit}, paths...)...)
-	untar := exec.Command("tar", "-x", "-C", dir)
-	pipe, err := archive.StdoutPipe()
-	if err != nil {
+	if err := extract(root, commit, dir, paths...); err != nil {
 		t.Fatal(err)
-	}
-	untar.Stdin = pipe
-	if err := untar.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	archive.Stderr = &stderr
-	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", commit, err, stderr.String())
-	}
-	if err := untar.Wait(); err != nil {
-		t.Fatalf("tar -x of %s: %v", commit, err)
 	}
 	return dir
+}
+
+// extract writes commit's tree of the repository at top (only paths, when given) into
+// dir: git archive piped into tar.
+func extract(top, commit, dir string, paths ...string) error {
+	archive := exec.Command("git", append([]string{"-C", top, "archive", "--format=tar", commit}, paths...)...)
+	untar := exec.Command("tar", "-x", "-C", dir)
+	var archiveErr, untarErr bytes.Buffer
+	archive.Stderr, untar.Stderr = &archiveErr, &untarErr
+	var err error
+	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
+		return err
+	}
+	if err := untar.Start(); err != nil {
+		return err
+	}
+	if err := archive.Run(); err != nil {
+		_ = untar.Wait()
+		return fmt.Errorf("git archive %s: %v: %s", commit, err, archiveErr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		return fmt.Errorf("tar -x of git archive %s: %v: %s", commit, err, untarErr.String())
+	}
+	return nil
 }
 
 // RepoRoot is the root of the repository the test runs in.
