@@ -98,9 +98,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 	if err := announce(ctx, rdb, k.o.Owner, k.o.Release, k.o.TTL); err != nil {
 		return fmt.Errorf("replica heartbeat: %w", err)
 	}
-	if s, err = ReadStatus(ctx, k.o.Store, k.o.TTL); err != nil { // this replica among them
-		return err
-	}
+	s.Replicas = append(s.Replicas, Replica{Owner: k.o.Owner, Release: k.o.Release, Seen: time.Now(), Numbered: true}) // as announced
 	k.observe(s)
 	return nil
 }
