@@ -360,7 +360,58 @@ func (c *RedisCluster) Rejoin(addr string) error {
 	if err := n.waitPing(); err != nil {
 		return err
 	}
+	// A master restarted after its replica took its slots over normally turns itself
+	// into that replica within a second or two; now and then (redis/redis#6755) it
+	// stays a master of no slots, and the promoted one keeps no replica. An operator
+	// then sends CLUSTER REPLICATE; so does Rejoin, when the node has not turned within
+	// 10 s.
+	if err := c.waitOK(10*time.Second, true); err == nil {
+		return nil
+	}
+	if err := c.replicateOrphan(n); err != nil {
+		return err
+	}
 	return c.waitOK(60*time.Second, true)
+}
+
+// replicateOrphan makes n, when it is a master of no slots, the replica of the master
+// that has none (CLUSTER REPLICATE), as an operator would.
+func (c *RedisCluster) replicateOrphan(n *clusterNode) error {
+	ctx := context.Background()
+	cl := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1})
+	defer cl.Close()
+	nodes, err := cl.ClusterNodes(ctx).Result()
+	if err != nil {
+		return err
+	}
+	// A line: id addr flags master-id ping pong epoch link [slots...].
+	replicas := map[string]bool{} // master ids that have a live replica
+	var self []string
+	var masters [][]string
+	for _, line := range strings.Split(strings.TrimSpace(nodes), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		flags := f[2]
+		switch {
+		case strings.Contains(flags, "myself"):
+			self = f
+		case strings.Contains(flags, "slave") && !strings.Contains(flags, "fail"):
+			replicas[f[3]] = true
+		case strings.Contains(flags, "master") && !strings.Contains(flags, "fail") && len(f) > 8:
+			masters = append(masters, f)
+		}
+	}
+	if self == nil || !strings.Contains(self[2], "master") || len(self) > 8 {
+		return nil // a replica already, or a master of slots: nothing an operator would do
+	}
+	for _, m := range masters {
+		if !replicas[m[0]] {
+			return cl.Do(ctx, "cluster", "replicate", m[0]).Err()
+		}
+	}
+	return nil
 }
 
 // Pause stops the node at addr (SIGSTOP) until the returned resume is called (SIGCONT):
