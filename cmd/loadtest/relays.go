@@ -39,7 +39,9 @@ func (r *replica) start() error {
 		args = append(args, "--log-level", "debug")
 	}
 	cmd := exec.Command(r.bin, args...)
-	cmd.Env = append(os.Environ(), r.env...)
+	// LOADTEST_RELAY_ENV (VAR=value …) reaches the relays only, not the load or the bare
+	// paths: an experiment such as GOMAXPROCS=1 or GOGC=200 on the relay alone.
+	cmd.Env = append(append(os.Environ(), r.env...), strings.Fields(os.Getenv("LOADTEST_RELAY_ENV"))...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
