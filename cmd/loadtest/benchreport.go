@@ -163,12 +163,9 @@ func judgeAims(results []benchResult) []aim {
 	clustered, okCluster := findClusterRow(results, aimRow(aimClusterDests))
 	if okServer && okCluster {
 		a, b := benchkit.Median(clustered.perSecs()), benchkit.Median(server.perSecs())
-		var shares []float64 // each of the cluster's runs over the server's median
-		for _, x := range clustered.perSecs() {
-			shares = append(shares, x/b)
-		}
-		sp := spreadOf(shares)
-		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s, the cluster's runs over the server's median; each / its bare fan-out: %s against %s)", sp.percent("runs"), a, b,
+		// The cluster's runs over the server's: both spreads in the interval.
+		sp := spreadOf(clustered.perSecs()).over(spreadOf(server.perSecs()))
+		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s, the cluster's runs' median over the server's, the interval from the extremes of both; each / its bare fan-out: %s against %s)", sp.percent("runs"), a, b,
 			pct(benchkit.Median(clustered.ratios())), pct(benchkit.Median(server.ratios())))
 		cl.state = unmeasured
 		if b > 0 {
@@ -464,7 +461,7 @@ func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repRes
 func aimsTable(aims []aim) string {
 	var b strings.Builder
 	b.WriteString("### Aims (issues 23, 30, 31 and 46), this run\n\n")
-	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 90% confidence; a verdict whose interval crosses its target is \"unsure\".\n\n")
+	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence where the runs allow (up to 9: the smallest and the largest); a verdict whose interval crosses its target is \"unsure\".\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")
@@ -616,7 +613,7 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 		"the relay process, the bus process (`loadtest bus`, the sandbox EventBridge) and the broker from /proc/PID/stat (utime + stime), Redis from INFO cpu (used_cpu_user + used_cpu_sys, every master), "+
 		"the load process (this one: the publisher; for the bare pipeline also its consumer; for the bare fan-out its writers alone) from getrusage. "+
 		"The bare fan-out uses no broker. Each of the relay's runs is followed by one of its bare path's (ABAB…); the last column is the total of each pair's relay run over its bare run's: "+
-		"the median, and the interval that holds it with at least 90% confidence (order statistics of the pairs).")
+		"the median, and the interval that holds it with at least 99% confidence where the pairs allow (up to 9 pairs: the smallest and the largest).")
 	fmt.Fprintln(b)
 	tw.Flush()
 	fmt.Fprintln(b)

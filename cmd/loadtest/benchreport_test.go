@@ -119,7 +119,7 @@ func TestAimsMetWhenEveryMedianReachesItsAim(t *testing.T) {
 		"1.0% over 15s", "2.0% over 15s", // idle Redis, idle relay
 		"1.25× (1.20–1.30, 3 pairs) (1.25ms against 1ms); p50 1.25× (1.20–1.30, 3 pairs), p99.9 1.25× (1.20–1.30, 3 pairs)",
 		"1024 MiB (idle 800 MiB)",
-		"94% (90–100%, 3 runs) (85 against 90/s, the cluster's runs over the server's median; each / its bare fan-out: 85% against 90%)",
+		"94% (90–100%, 3 runs) (85 against 90/s, the cluster's runs' median over the server's, the interval from the extremes of both; each / its bare fan-out: 85% against 90%)",
 		"100 B (runs 90 / 110 / 100; used_memory over 20,000 events each)",
 		"100 B while kept (attempt line 50 B, destination channel event 35 B, account channel event 15 B", "averaged over the row's 10,000 deliveries, of which the count bounds keep the newest: 100 B",
 		"two destinations, every event to both: 100 B (attempt line 50 B, destination channel event 10 B, account channel event 40 B)",

@@ -8,10 +8,12 @@ import (
 )
 
 // A figure measured several times is judged by its median and the interval that holds
-// the median with at least 90% confidence (the order statistics x(k)…x(n+1-k) of n
-// repetitions: with n = 5, the smallest and the largest, 93.75%). A verdict whose
-// interval crosses its target is "unsure", never "met": two runs of the same code then
-// disagree only when one of them is wrong by more than its own spread says.
+// the median with at least 99% confidence where its repetitions allow (the order
+// statistics x(k)…x(n+1-k) of n repetitions; up to 9 repetitions that is the smallest
+// and the largest: 93.75% of 5, 99.2% of 7, 99.6% of 9). A verdict whose interval
+// crosses its target is "unsure", never "met": two runs of the same code then disagree
+// only when one of them is wrong by more than its own spread says. (At 90%, the second
+// smallest and largest of 8 or 9, two full runs at 2b6d470 disagreed on 4 of 25.)
 
 // spread is a figure measured n times: its median and the interval lo…hi.
 type spread struct {
@@ -21,7 +23,7 @@ type spread struct {
 
 // medianConfidence is the least confidence the interval of a spread has in holding the
 // median (for n ≥ 5; fewer repetitions give their smallest and largest, with less).
-const medianConfidence = 0.90
+const medianConfidence = 0.99
 
 // spreadOf is the spread of xs; the zero spread (n 0) for none.
 func spreadOf(xs []float64) spread {
@@ -91,6 +93,26 @@ func (s spread) atLeast(target float64) aimState {
 	}
 	return unsure
 }
+
+// over is the spread of a/b for two figures measured apart (not in pairs): the median
+// over the median, and an interval from the extremes of both (a's low over b's high,
+// a's high over b's low), so the noise of each is in it.
+func (s spread) over(b spread) spread {
+	if s.n == 0 || b.n == 0 || b.lo <= 0 {
+		return spread{}
+	}
+	return spread{med: s.med / b.med, lo: s.lo / b.hi, hi: s.hi / b.lo, n: s.n}
+}
+
+// close says whether the interval, on one side of target, comes within closeMargin of
+// it: a verdict another run's spread could still cross, worth more repetitions.
+func (s spread) close(target float64) bool {
+	return s.n > 0 && s.lo < target*(1+closeMargin) && s.hi > target/(1+closeMargin)
+}
+
+// closeMargin is how near (relative) a settled interval may come to its target before
+// its row runs more pairs anyway.
+const closeMargin = 0.05
 
 // ratio prints a spread of ratios: "1.12× (1.05–1.20, 5 pairs)".
 func (s spread) ratio(unit string) string {
@@ -188,12 +210,13 @@ func latAim(r benchRun) bool {
 }
 
 // settled says whether another pair would not change row r's verdicts: every figure
-// judged on it has its interval on one side of its target.
+// judged on it has its interval on one side of its target, and not within closeMargin
+// of it.
 func (r benchResult) settled() bool {
-	if t, ok := cpuAim(r.benchRun); ok && spreadOf(r.cpuRatios()).atMost(t) == unsure {
+	if t, ok := cpuAim(r.benchRun); ok && spreadOf(r.cpuRatios()).close(t) {
 		return false
 	}
-	if latAim(r.benchRun) && spreadOf(r.latRatios(0.99)).atMost(aimLatRatio) == unsure {
+	if latAim(r.benchRun) && spreadOf(r.latRatios(0.99)).close(aimLatRatio) {
 		return false
 	}
 	return true
