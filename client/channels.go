@@ -117,10 +117,11 @@ func convert[T any](v any) T {
 	return out
 }
 
-// asError turns the follower's refusal into an *Error.
+// asError turns the caller's error answer (a call's, or the follower's refusal) into
+// an *Error.
 func asError(err error) error {
 	if ae, ok := err.(*stream.APIError); ok {
-		e := &Error{Status: ae.Status, Code: ErrorCode(ae.Code), Message: ae.Message}
+		e := &Error{Status: ae.Status, Code: ErrorCode(ae.Code), Message: ae.Message, RetryAfter: ae.RetryAfter}
 		for _, f := range ae.Fields {
 			e.Fields = append(e.Fields, FieldProblem{Field: f.Field, Message: f.Message})
 		}

@@ -8,17 +8,16 @@ package client
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml ../api/openapi.yaml
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mercamap/relay/internal/stream"
 )
 
 // Client calls one relay with one bearer token. Its zero value is not usable: use New.
@@ -144,75 +143,15 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 	}
 }
 
+// once sends cl one time through the channel follower's caller (stream.Caller: the
+// token only in the Authorization header), its body already encoded.
 func (c *Client) once(ctx context.Context, cl call, body []byte, out any) error {
-	var rd io.Reader
+	caller := stream.Caller{Base: c.base, Token: c.token, HTTP: c.opts.HTTPClient, Header: cl.header}
+	var b any
 	if body != nil {
-		rd = bytes.NewReader(body)
+		b = json.RawMessage(body)
 	}
-	req, err := c.request(ctx, cl.method, cl.path, cl.query, rd)
-	if err != nil {
-		return err
-	}
-	for k, vs := range cl.header {
-		req.Header[k] = vs
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.httpClient().Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
-	}
-	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode the answer: %w", cl.method, cl.path, err)
-	}
-	return nil
-}
-
-func (c *Client) request(ctx context.Context, method, path string, query url.Values, body io.Reader) (*http.Request, error) {
-	u := c.base + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/json")
-	return req, nil
-}
-
-func (c *Client) httpClient() *http.Client {
-	if c.opts.HTTPClient != nil {
-		return c.opts.HTTPClient
-	}
-	return http.DefaultClient
-}
-
-func decodeError(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var body ErrorBody
-	e := &Error{Status: resp.StatusCode}
-	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
-		e.RetryAfter = time.Duration(secs) * time.Second
-	}
-	if json.Unmarshal(b, &body) != nil || body.Error.Code == "" {
-		e.Code, e.Message = ErrorCode("HTTP_"+strconv.Itoa(resp.StatusCode)), strings.TrimSpace(string(b))
-		return e
-	}
-	e.Code, e.Message = body.Error.Code, body.Error.Message
-	if body.Error.Fields != nil {
-		e.Fields = *body.Error.Fields
-	}
-	return e
+	return asError(caller.Do(ctx, cl.method, cl.path, cl.query, b, out))
 }
 
 // path joins the route's parts, each escaped.

@@ -15,10 +15,11 @@ import (
 
 // APIError is an error answer of the operator API: {"error":{"code","message"}}.
 type APIError struct {
-	Status  int
-	Code    string
-	Message string
-	Fields  []FieldProblem // a body's problems, each naming its field
+	Status     int
+	Code       string
+	Message    string
+	Fields     []FieldProblem // a body's problems, each naming its field
+	RetryAfter time.Duration  // a 429's Retry-After, when it gave one in seconds
 }
 
 // FieldProblem is one problem of a request body, as an error answer lists it.
@@ -48,8 +49,8 @@ type Caller struct {
 // callTimeout bounds one JSON call that has no deadline of its own.
 const callTimeout = 30 * time.Second
 
-// Do sends one JSON call and decodes the answer into out (when not nil). An error answer
-// comes back as *APIError.
+// Do sends one JSON call and decodes the answer into out (when not nil and the answer
+// has a body: not a 204). An error answer comes back as *APIError.
 func (c *Caller) Do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -68,6 +69,7 @@ func (c *Caller) Do(ctx context.Context, method, path string, query url.Values, 
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -79,11 +81,11 @@ func (c *Caller) Do(ctx context.Context, method, path string, query url.Values, 
 	if resp.StatusCode/100 != 2 {
 		return decodeError(resp)
 	}
-	if out == nil {
+	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
 	}
 	return nil
 }
@@ -152,9 +154,14 @@ func decodeError(resp *http.Response) error {
 		} `json:"error"`
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if json.Unmarshal(b, &body) != nil || body.Error.Code == "" {
-		return &APIError{Status: resp.StatusCode, Code: "HTTP_" + strconv.Itoa(resp.StatusCode),
-			Message: strings.TrimSpace(string(b))}
+	e := &APIError{Status: resp.StatusCode}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
 	}
-	return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Fields: body.Error.Fields}
+	if json.Unmarshal(b, &body) != nil || body.Error.Code == "" {
+		e.Code, e.Message = "HTTP_"+strconv.Itoa(resp.StatusCode), strings.TrimSpace(string(b))
+		return e
+	}
+	e.Code, e.Message, e.Fields = body.Error.Code, body.Error.Message, body.Error.Fields
+	return e
 }
