@@ -36,9 +36,9 @@ import (
 // 100,000 on one replica. The fifth field is the least number of pairs (a run of the
 // relay, then one of its bare path) a row runs: 5 for every row of up to 10,000
 // destinations, more until its verdicts settle (maxRepeats); 3 for the ingest row (no
-// bare path) and for 100,000 destinations, whose relay takes a minute to start; 1 for
-// the memory rows, whose figures are one delta each.
-const defaultRuns = "1:2000:200:1024:5,1:10000:2000:1024:5,1:2000:0:1024:5,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:5,1000:20:0:1024:5,10000:3:0:1024:5,100000:1:0:1024:3"
+// bare path); 4 for 100,000 destinations, whose relay takes a minute to start (two in
+// each sitting); 1 for the memory rows, whose figures are one delta each.
+const defaultRuns = "1:2000:200:1024:5,1:10000:2000:1024:5,1:2000:0:1024:5,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:5,1000:20:0:1024:5,10000:3:0:1024:5,100000:1:0:1024:4"
 
 func parseRun(r string) (benchRun, error) {
 	p := strings.Split(r, ":")
@@ -91,6 +91,45 @@ func (r benchRun) ingestOnly() bool { return r.dests == 0 }
 // and is no memory row.
 func (r benchRun) memoryRow() bool {
 	return (r.dests == 1 || r.dests == 2) && r.rate == 0 && r.events >= aimMemDeliveries
+}
+
+// Sittings. A row of two or more pairs runs them in two sittings: the first half of
+// them while the bench goes over every row once, the rest (and any more it needs to
+// settle) in a second pass over the rows, each sitting on a relay and a bare path of
+// its own, started afresh on an emptied Redis. A row's interval then holds pairs some
+// minutes apart, on two relay processes, so it samples what drifts over a run (the
+// machine, a process's heap and threads) instead of one stretch of it. (Two full runs at
+// 033d9a4, each row's pairs back to back, differed on 4 of 25 verdicts, each because the
+// figure moved between the runs by more than either run's interval.)
+
+// sitting is one sitting of a row: idx names its exchange, config, roles
+// and buses (the row's index in the first sitting, past every row's in the second);
+// upto is how many pairs the row has when it ends, at most.
+type sitting struct {
+	row, idx int
+	first    bool
+	upto     int
+}
+
+// sittings is how many sittings row r runs in: two when it has two or more pairs.
+func (r benchRun) sittings() int {
+	if r.repeats >= 2 {
+		return 2
+	}
+	return 1
+}
+
+// firstSitting and secondSitting are row i's of n rows.
+func (r benchRun) firstSitting(i int) sitting {
+	s := sitting{row: i, idx: i, first: true, upto: r.maxRepeats()}
+	if r.sittings() == 2 {
+		s.upto = (r.repeats + 1) / 2
+	}
+	return s
+}
+
+func (r benchRun) secondSitting(i, n int) sitting {
+	return sitting{row: i, idx: n + i, upto: r.maxRepeats()}
 }
 
 // latencies are publish-to-bus-answer times, sorted.
@@ -292,20 +331,32 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	load := loadAvg()
 	rdb := redis.NewClient(mustRedisOpts(redisURL))
 	defer rdb.Close()
-	var results []benchResult
-	for i, r := range runs {
+	results := make([]benchResult, len(runs))
+	sit := func(r benchRun, s sitting) {
 		t0 := time.Now()
-		var res benchResult
+		res := &results[s.row]
 		if r.cluster {
-			res = e.benchOne(ctx, r, i, clusterURL, cluster)
+			e.benchOne(ctx, r, s, clusterURL, cluster, res)
 		} else {
-			res = e.benchOne(ctx, r, i, redisURL, rdb)
+			e.benchOne(ctx, r, s, redisURL, rdb, res)
 		}
 		if res.err != "" {
-			logf("run %d (%d destinations) failed: %s", i+1, r.dests, res.err)
+			logf("run %d (%d destinations) failed: %s", s.row+1, r.dests, res.err)
 		}
-		logf("run %d (%d destinations): %s in all", i+1, r.dests, time.Since(t0).Round(time.Second))
-		results = append(results, res)
+		which := "second"
+		if s.first {
+			which = "first"
+		}
+		logf("run %d (%d destinations), %s of %d sittings: %s in all, %d runs so far", s.row+1, r.dests, which, r.sittings(),
+			time.Since(t0).Round(time.Second), len(res.reps))
+	}
+	for i, r := range runs {
+		sit(r, r.firstSitting(i))
+	}
+	for i, r := range runs {
+		if r.sittings() == 2 && results[i].err == "" {
+			sit(r, r.secondSitting(i, len(runs)))
+		}
 	}
 	var apiRes *apiResult
 	if *apiDests > 0 {
@@ -384,12 +435,14 @@ var benchLogKey = storetest.LogKey("acct_bench")
 // trust policy per role.
 const benchRole = "arn:aws:iam::111122223333:role/bench-delivery-%d-%d"
 
-// benchOne runs row r on one `relay serve` (the baseline binary for a baseline row)
-// against rdb at redisURL. Its steps: a relay started on an empty Redis, warmed up, its
-// idle cost measured, then the row's bare path set up, then the timed repetitions, each
-// of the relay's followed by one of the bare path's.
-func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL string, rdb redis.UniversalClient) (res benchResult) {
+// benchOne runs sitting s of row r into res on one `relay serve` (the baseline binary
+// for a baseline row) against rdb at redisURL. Its steps: a relay started on an empty
+// Redis, warmed up, its idle cost measured (the first sitting), then the row's bare path
+// set up, then the timed repetitions, each of the relay's followed by one of the bare
+// path's. The first sitting's start-up, idle and RSS at rest are the row's.
+func (e *benchEnv) benchOne(ctx context.Context, r benchRun, s sitting, redisURL string, rdb redis.UniversalClient, res *benchResult) {
 	res.benchRun = r
+	idx := s.idx
 	if err := forEachMaster(ctx, rdb, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() }); err != nil {
 		res.err = err.Error()
 		return
@@ -406,12 +459,15 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL s
 	if res.err = e.warmUp(ctx, r, exchange, pub, rdb); res.err != "" {
 		return
 	}
-	res.startup = time.Since(t0)
-	res.rssIdle, _ = procStatus(rep.pid())
-	logf("%d destinations: warm after %s, RSS %d kB", r.dests, res.startup.Round(time.Millisecond), res.rssIdle)
-	if !r.ingestOnly() {
-		if res.err = e.idleCost(ctx, r, rep, rdb, &res); res.err != "" {
-			return
+	startup := time.Since(t0)
+	rssIdle, _ := procStatus(rep.pid())
+	logf("%d destinations: warm after %s, RSS %d kB", r.dests, startup.Round(time.Millisecond), rssIdle)
+	if s.first {
+		res.startup, res.rssIdle = startup, rssIdle
+		if !r.ingestOnly() {
+			if res.err = e.idleCost(ctx, r, rep, rdb, res); res.err != "" {
+				return
+			}
 		}
 	}
 	dupBase := e.bus.counts().Dups
@@ -424,23 +480,25 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, idx int, redisURL s
 	}
 	t1 := time.Now()
 	bare, err := e.newBarePath(ctx, r, idx)
-	res.bareTime = time.Since(t1)
+	if s.first {
+		res.bareTime = time.Since(t1)
+	}
 	if err != nil {
-		logf("run %d: %s", idx+1, err)
+		logf("run %d: %s", s.row+1, err)
 		bare = failedBare(err.Error())
 	}
 	if bare != nil {
 		defer bare.close()
 	}
-	if res.err = e.repeat(ctx, r, idx, exchange, rep, pub, rdb, bare, &res); res.err != "" {
+	if res.err = e.repeat(ctx, r, s, exchange, rep, pub, rdb, bare, res); res.err != "" {
 		return
 	}
-	res.dups = e.bus.counts().Dups - dupBase
-	res.rssEnd, res.hwm = procStatus(rep.pid())
+	res.dups += e.bus.counts().Dups - dupBase
+	rssEnd, hwm := procStatus(rep.pid())
+	res.rssEnd, res.hwm = max(res.rssEnd, rssEnd), max(res.hwm, hwm)
 	if r.memoryRow() {
-		res.err = readMemory(ctx, &res, rdb)
+		res.err = readMemory(ctx, res, rdb)
 	}
-	return
 }
 
 // benchConfig is the config of row r's relay: its destinations on the bench's bus, each
@@ -557,11 +615,12 @@ func (e *benchEnv) idleCost(ctx context.Context, r benchRun, rep *replica, rdb r
 	return ""
 }
 
-// repeat runs row r's timed repetitions into res.reps, each followed by one of the
-// bare path's (none for ingest): r.repeats pairs, then more until the row's verdicts
-// are settled, up to r.maxRepeats(). It returns what failed, "" for nothing.
-func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange string, rep *replica, pub *publisher, rdb redis.UniversalClient, bare barePath, res *benchResult) string {
-	for k := range r.maxRepeats() {
+// repeat runs sitting s of row r's timed repetitions into res.reps, each followed by one
+// of the bare path's (none for ingest): up to s.upto pairs in all; past r.repeats, only
+// while the row's verdicts are not settled. It returns what failed, "" for nothing.
+func (e *benchEnv) repeat(ctx context.Context, r benchRun, s sitting, exchange string, rep *replica, pub *publisher, rdb redis.UniversalClient, bare barePath, res *benchResult) string {
+	idx, start := s.idx, len(res.reps)
+	for k := start; k < s.upto; k++ {
 		if k >= r.repeats && res.settled() {
 			break
 		}
@@ -572,7 +631,7 @@ func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange str
 		var one repResult
 		var failed string
 		if r.ingestOnly() {
-			one, failed = e.timedIngest(ctx, r, k, rep.pid(), pub, rdb, evs)
+			one, failed = e.timedIngest(ctx, r, k-start, rep.pid(), pub, rdb, evs) // the log holds this sitting's
 		} else {
 			one, failed = e.timed(ctx, r, idx, rep.pid(), pub, rdb, evs)
 		}
@@ -584,9 +643,9 @@ func (e *benchEnv) repeat(ctx context.Context, r benchRun, idx int, exchange str
 		if bare != nil {
 			one.bare = bare.run(ctx)
 			if one.bare.err != "" {
-				logf("run %d.%d: bare path failed: %s", idx+1, k+1, one.bare.err)
+				logf("run %d.%d: bare path failed: %s", s.row+1, k+1, one.bare.err)
 			} else {
-				logf("run %d.%d: %s %.0f/s, p50 %s p99 %s (none for the fan-out)", idx+1, k+1, bareKind(r), one.bare.perSec, one.bare.lat.at(0.5), one.bare.lat.at(0.99))
+				logf("run %d.%d: %s %.0f/s, p50 %s p99 %s (none for the fan-out)", s.row+1, k+1, bareKind(r), one.bare.perSec, one.bare.lat.at(0.5), one.bare.lat.at(0.99))
 			}
 		}
 		res.reps = append(res.reps, one)

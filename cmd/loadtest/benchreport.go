@@ -97,13 +97,13 @@ func judgeAims(results []benchResult) []aim {
 	case !okIngest:
 		red.figure = "no ingest row 0:…:0 of 1 KB"
 	default:
-		perEvent := ingest.redisPerEvent()
-		sp := spreadOf(cpuRow.redisPerDeliveryNets(perEvent))
-		red.figure = fmt.Sprintf("%.1f µs (%.1f–%.1f, %d runs) against %.1f µs: %.2f× (%.1f µs with ingest's share)", sp.med, sp.lo, sp.hi, sp.n, perEvent, sp.med/perEvent, medianRedisPerDelivery(cpuRow))
-		red.state = unmeasured
-		if perEvent > 0 {
-			red.state = sp.atMost(aimRedisPerDelivery * perEvent)
-		}
+		// Two rows measured apart: the interval holds both spreads (spread.over).
+		ing := spreadOf(ingest.redisPerEvents())
+		sp := spreadOf(cpuRow.redisPerDeliveryNets(ing.med))
+		q := sp.over(ing)
+		red.figure = fmt.Sprintf("%.1f µs (%.1f–%.1f, %d runs) against %.1f µs (%.1f–%.1f, %d runs): %s (%.1f µs with ingest's share)",
+			sp.med, sp.lo, sp.hi, sp.n, ing.med, ing.lo, ing.hi, ing.n, q.ratio("runs"), medianRedisPerDelivery(cpuRow))
+		red.state = q.atMost(aimRedisPerDelivery)
 	}
 	aims = append(aims, red)
 
@@ -358,14 +358,13 @@ func findClusterRow(results []benchResult, match func(benchRun) bool) (benchResu
 	return benchResult{}, false
 }
 
-// redisPerEvent is the ingest row's Redis CPU per stored event, median of the
-// repetitions, in µs.
-func (r benchResult) redisPerEvent() float64 {
+// redisPerEvents are the ingest row's Redis CPU per stored event, each repetition's, in µs.
+func (r benchResult) redisPerEvents() []float64 {
 	var us []float64
 	for _, rep := range r.reps {
 		us = append(us, float64(rep.redisTotal().Microseconds())/float64(r.events))
 	}
-	return benchkit.Median(us)
+	return us
 }
 
 // redisPerDeliveryNets are Redis CPU per delivery with ingest's share taken out: each
@@ -461,7 +460,7 @@ func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repRes
 func aimsTable(aims []aim) string {
 	var b strings.Builder
 	b.WriteString("### Aims (issues 23, 30, 31 and 46), this run\n\n")
-	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence where the runs allow (up to 9: the smallest and the largest); a verdict whose interval crosses its target is \"unsure\".\n\n")
+	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence (8 to 11 runs: the smallest and the largest, 12 or more the second smallest and largest; fewer: Student's t at 99% on the runs' logarithms, or the smallest and the largest where wider); a row of two or more pairs ran them in two sittings minutes apart, each on a relay and a bare path of its own; a figure over another row's takes both rows' intervals; a verdict whose interval crosses its target is \"unsure\".\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")

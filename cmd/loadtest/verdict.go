@@ -2,18 +2,24 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
 )
 
 // A figure measured several times is judged by its median and the interval that holds
-// the median with at least 99% confidence where its repetitions allow (the order
-// statistics x(k)…x(n+1-k) of n repetitions; up to 9 repetitions that is the smallest
-// and the largest: 93.75% of 5, 99.2% of 7, 99.6% of 9). A verdict whose interval
-// crosses its target is "unsure", never "met": two runs of the same code then disagree
-// only when one of them is wrong by more than its own spread says. (At 90%, the second
-// smallest and largest of 8 or 9, two full runs at 2b6d470 disagreed on 4 of 25.)
+// the median with at least 99% confidence. From 8 repetitions on, that is the order
+// statistics x(k)…x(n+1-k) of n repetitions (up to 11 the smallest and the largest: 99.2%
+// of 8, 99.6% of 9). Fewer repetitions cannot give 99% that way (the smallest and largest
+// of 7 hold it with 98.4%, of 5 with 93.75%, of 3 with 75%), so theirs is the 99% interval of Student's t
+// on the repetitions' logarithms (it assumes they spread normally; ratios and rates are
+// positive and spread multiplicatively), or the smallest–largest where that is wider. A
+// verdict whose interval crosses its target is "unsure", never "met": two runs of the
+// same code then disagree only when one of them is wrong by more than its own spread
+// says. (At 90%, two full runs at 2b6d470 disagreed on 4 of 25; at 99% by order
+// statistics alone, with 3- and 5-repetition rows at 75% and 93.75%, two at 033d9a4
+// disagreed on 4 of 25 too, three of the four on such rows.)
 
 // spread is a figure measured n times: its median and the interval lo…hi.
 type spread struct {
@@ -22,7 +28,7 @@ type spread struct {
 }
 
 // medianConfidence is the least confidence the interval of a spread has in holding the
-// median (for n ≥ 5; fewer repetitions give their smallest and largest, with less).
+// median.
 const medianConfidence = 0.99
 
 // spreadOf is the spread of xs; the zero spread (n 0) for none.
@@ -38,8 +44,42 @@ func spreadOf(xs []float64) spread {
 	if n%2 == 0 {
 		med = (s[n/2-1] + s[n/2]) / 2
 	}
-	return spread{med: med, lo: s[k-1], hi: s[n-k], n: n}
+	sp := spread{med: med, lo: s[k-1], hi: s[n-k], n: n}
+	if n >= 2 && 1-2*binomBelow(n, k) < medianConfidence {
+		if lo, hi, ok := logT(s); ok {
+			sp.lo, sp.hi = min(sp.lo, lo), max(sp.hi, hi)
+		}
+	}
+	return sp
 }
+
+// logT is the 99% interval of Student's t on the logarithms of xs (2 to 9 of them, each
+// positive): exp(mean ± t·sd/√n); false when it cannot be had.
+func logT(xs []float64) (lo, hi float64, ok bool) {
+	n := len(xs)
+	if n < 2 || n-1 > len(tQuantile995) {
+		return 0, 0, false
+	}
+	var sum float64
+	for _, x := range xs {
+		if x <= 0 {
+			return 0, 0, false
+		}
+		sum += math.Log(x)
+	}
+	mean := sum / float64(n)
+	var ss float64
+	for _, x := range xs {
+		d := math.Log(x) - mean
+		ss += d * d
+	}
+	half := tQuantile995[n-2] * math.Sqrt(ss/float64(n-1)/float64(n))
+	return math.Exp(mean - half), math.Exp(mean + half), true
+}
+
+// tQuantile995 is Student's t at 0.995 (a two-sided 99% interval) for 1 to 8 degrees
+// of freedom.
+var tQuantile995 = [...]float64{63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355}
 
 // medianRank is the largest k ≥ 1 such that x(k)…x(n+1-k) of n repetitions holds their
 // population's median with at least medianConfidence: 1 − 2·P(Binomial(n, ½) < k).
@@ -223,14 +263,20 @@ func (r benchResult) settled() bool {
 }
 
 // maxRepeats is how many pairs row r may run at most: until settled, up to twice its
-// repeats less one (5 → 9) for rows of up to 1,000 destinations, one pair more for
-// 10,000, none more for the 100,000-destination row, the ingest and the memory rows.
+// repeats less one (5 → 9) for rows of up to 1,000 destinations, and 3 more than that
+// (5 → 13) for one destination, whose pairs take seconds and whose latency ratio, a
+// ratio of two tails, now and then has a stray pair: from 12 pairs on the interval's
+// ends are the second smallest and largest, so one stray no longer decides a verdict;
+// two pairs more for 10,000, none more for the 100,000-destination row, the ingest and
+// the memory rows.
 func (r benchRun) maxRepeats() int {
 	switch {
 	case r.ingestOnly() || r.memoryRow() || r.dests >= aimManyDests:
 		return r.repeats
 	case r.dests > aimCPUDests:
 		return r.repeats + 2
+	case r.dests == 1:
+		return 2*r.repeats + 3
 	}
 	return 2*r.repeats - 1
 }
