@@ -28,7 +28,9 @@
 # load process (publisher, or the bare path's consumer or writers). Each of a row's runs
 # is followed by one of its bare path (ABAB…); the throughput rows are judged on their
 # whole-system CPU per delivery over the bare path's, pair by pair: at least 5 pairs
-# (3 at 100,000 destinations, 1 for the memory rows), more while a verdict is unsure.
+# (4 at 100,000 destinations, 1 for the memory rows), more while a verdict is unsure;
+# a row of two or more runs them in two sittings, the first half in a first pass over
+# the rows and the rest in a second, each on a fresh relay and bare path.
 # The report starts with the aims of issues 23, 30, 31 and 46, each with its figure, its
 # spread and its verdict (met, NOT met, unsure); with BENCH_DOC unset that table is
 # printed on stdout too. Ingest beside a bare
