@@ -288,13 +288,13 @@ func apiAims(r *apiResult, results []benchResult) []aim {
 	rate := aim{what: "the same: deliveries/s of one event to all of them / the bare fan-out" + scale,
 		target: "≥ 100% of the config row's (" + thousands(aimAPIDests) + ":1:0)", figure: "not measured: " + r.err}
 	if len(r.creates) > 0 {
-		var shares []float64
+		var apis, bares []float64 // each chunk's creates/s through the API and bare
 		var api, bare createChunk
 		for i, c := range r.creates {
 			api.n, api.took, api.sts, api.redisCalls, api.redisCPU = api.n+c.n, api.took+c.took, api.sts+c.sts, api.redisCalls+c.redisCalls, api.redisCPU+c.redisCPU
 			if i < len(r.bareCreates) && r.bareCreates[i].err == "" && r.bareCreates[i].took > 0 {
 				b := r.bareCreates[i]
-				shares = append(shares, c.perSec()/b.perSec())
+				apis, bares = append(apis, c.perSec()), append(bares, b.perSec())
 				bare.n, bare.took, bare.sts, bare.redisCalls, bare.redisCPU = bare.n+b.n, bare.took+b.took, bare.sts+b.sts, bare.redisCalls+b.redisCalls, bare.redisCPU+b.redisCPU
 			}
 		}
@@ -303,10 +303,10 @@ func apiAims(r *apiResult, results []benchResult) []aim {
 				float64(c.redisCalls)/float64(c.n), float64(c.redisCPU.Microseconds())/float64(c.n))
 		}
 		switch {
-		case len(shares) == 0:
+		case len(apis) == 0:
 			creates.figure = fmt.Sprintf("%.0f/s; the bare creates failed: %s", r.createsPerS, r.bareCreateErr)
 		default:
-			sp := spreadOf(shares)
+			sp := pairedSpread(apis, bares)
 			creates.figure = fmt.Sprintf("%s; %.0f against %.0f/s (%s, %d refused); through the API %s, bare %s",
 				sp.percent("chunks"), r.createsPerS, float64(bare.n)/bare.took.Seconds(), thousands(r.dests), r.refused, per(api), per(bare))
 			creates.state = sp.atLeast(aimCreatesShare)
@@ -324,17 +324,17 @@ func apiAims(r *apiResult, results []benchResult) []aim {
 		first.state = judge(p(0.99) <= aimCreateToFirst)
 	}
 	if len(r.restarts) > 0 {
-		var ratios []float64
+		var relays, bares []float64
 		for i, d := range r.restarts {
 			if i < len(r.bareRestarts) && r.bareRestarts[i] > 0 {
-				ratios = append(ratios, d.Seconds()/r.bareRestarts[i].Seconds())
+				relays, bares = append(relays, d.Seconds()), append(bares, r.bareRestarts[i].Seconds())
 			}
 		}
 		restart.figure = fmt.Sprintf("restarts %s", durations(r.restarts))
-		if len(ratios) == 0 {
+		if len(relays) == 0 {
 			restart.figure += "; the bare path not measured: " + r.bareErr
 		} else {
-			sp := spreadOf(ratios)
+			sp := pairedSpread(relays, bares)
 			restart.figure = fmt.Sprintf("%s; restarts %s against %s", sp.ratio("restarts"), durations(r.restarts), durations(r.bareRestarts))
 			restart.state = sp.atMost(aimRestartRatio)
 			if r.dests < aimAPIDests {

@@ -645,7 +645,8 @@ func (e *benchEnv) repeat(ctx context.Context, r benchRun, s sitting, exchange s
 			if one.bare.err != "" {
 				logf("run %d.%d: bare path failed: %s", s.row+1, k+1, one.bare.err)
 			} else {
-				logf("run %d.%d: %s %.0f/s, p50 %s p99 %s (none for the fan-out)", s.row+1, k+1, bareKind(r), one.bare.perSec, one.bare.lat.at(0.5), one.bare.lat.at(0.99))
+				logf("run %d.%d: %s %.0f/s, p50 %s p99 %s (none for the fan-out); whole-system CPU %s against %s", s.row+1, k+1, bareKind(r), one.bare.perSec,
+					one.bare.lat.at(0.5), one.bare.lat.at(0.99), one.systemCPU().Round(time.Millisecond), one.bare.systemCPU(r.dests == 1).Round(time.Millisecond))
 			}
 		}
 		res.reps = append(res.reps, one)

@@ -110,15 +110,15 @@ func judgeAims(results []benchResult) []aim {
 	cpu := aim{what: fmt.Sprintf("relay CPU per delivery / the bare fan-out's writers' CPU per delivery, %s destinations, same run", thousands(aimCPUDests)),
 		target: fmt.Sprintf("≤ %.1f×", aimRelayCPU), figure: fmt.Sprintf("no row %d:…:0 of 1 KB", aimCPUDests)}
 	if okCPU {
-		var ratios []float64
+		var relays, writers []float64
 		for _, rep := range cpuRow.pairs() {
 			if rep.bare.loadCPU > 0 {
-				ratios = append(ratios, float64(rep.relayCPU)/float64(rep.bare.loadCPU))
+				relays, writers = append(relays, float64(rep.relayCPU)), append(writers, float64(rep.bare.loadCPU))
 			}
 		}
 		relay := cpuRow.perDelivery(func(rep repResult) time.Duration { return rep.relayCPU })
-		if bare, ok := cpuRow.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU }); ok && len(ratios) > 0 {
-			sp := spreadOf(ratios)
+		if bare, ok := cpuRow.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU }); ok && len(relays) > 0 {
+			sp := pairedSpread(relays, writers)
 			cpu.figure = fmt.Sprintf("%.1f µs against %.1f µs: %s", relay, bare, sp.ratio("pairs"))
 			cpu.state = sp.atMost(aimRelayCPU)
 		} else {
@@ -460,7 +460,7 @@ func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repRes
 func aimsTable(aims []aim) string {
 	var b strings.Builder
 	b.WriteString("### Aims (issues 23, 30, 31 and 46), this run\n\n")
-	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence (8 to 11 runs: the smallest and the largest, 12 or more the second smallest and largest; fewer: Student's t at 99% on the runs' logarithms, or the smallest and the largest where wider); a row of two or more pairs ran them in two sittings minutes apart, each on a relay and a bare path of its own; a figure over another row's takes both rows' intervals; a verdict whose interval crosses its target is \"unsure\".\n\n")
+	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence (8 to 11 runs: the smallest and the largest, 12 or more the second smallest and largest; fewer: Student's t at 99% on the runs' logarithms, or the smallest and the largest where wider); a row of two or more pairs ran them in two sittings minutes apart, each on a relay and a bare path of its own; a ratio of fewer than 8 pairs holds both series' own spreads too, and a figure over another row's takes both rows' intervals; a row that may run 8 pairs settles on no fewer; a verdict whose interval crosses its target is \"unsure\".\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")
@@ -584,7 +584,7 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 			path += ", ingest alone (per event)"
 		}
 		ratio := "–"
-		if sp := spreadOf(r.cpuRatios()); sp.n > 0 {
+		if sp := pairedSpread(r.cpuPairs()); sp.n > 0 {
 			ratio = sp.ratio("pairs")
 		}
 		fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %s\t\n", r.dests, r.size, r.rateName(), r.redisKind(),
