@@ -248,9 +248,27 @@ func pairedSpread(a, b []float64) spread {
 }
 
 // orderPairs is the fewest repetitions whose smallest and largest hold their median
-// with medianConfidence: a row may settle from there on (maxRepeats allowing), not
-// before, so a verdict rests on order statistics wherever its row's pairs are cheap.
-const orderPairs = 8
+// with medianConfidence; secondOrderPairs the fewest whose second smallest and largest
+// do.
+const (
+	orderPairs       = 8
+	secondOrderPairs = 12
+)
+
+// settlePairs is the fewest pairs row r settles on: 12 where it may run 13 (its
+// interval then rests on the second smallest and largest, so no single stray pair
+// decides a verdict: at 8 pairs, two full runs at 199b9d0 judged 10,000 destinations
+// 0.92–1.71× and 1.12–1.31×, each interval's far end one pair), 8 where it may run 8 to
+// 12 (order statistics at 99%), none where it may run fewer.
+func (r benchResult) settlePairs() int {
+	switch m := r.maxRepeats(); {
+	case m > secondOrderPairs:
+		return secondOrderPairs
+	case m >= orderPairs:
+		return orderPairs
+	}
+	return 0
+}
 
 // The aims of issue 46: whole-system CPU per delivery against the bare path's, latency
 // against the bare pipeline's, each pair of a row run one after the other.
@@ -290,7 +308,7 @@ func latAim(r benchRun) bool {
 // judged on it has its interval on one side of its target, and not within closeMargin
 // of it.
 func (r benchResult) settled() bool {
-	if len(r.reps) < orderPairs && r.maxRepeats() >= orderPairs {
+	if len(r.reps) < r.settlePairs() {
 		return false
 	}
 	if t, ok := cpuAim(r.benchRun); ok && pairedSpread(r.cpuPairs()).close(t) {
@@ -302,23 +320,19 @@ func (r benchResult) settled() bool {
 	return true
 }
 
-// maxRepeats is how many pairs row r may run at most: until settled, up to twice its
-// repeats less one (5 → 9) for rows of up to 1,000 destinations, and 3 more than that
-// (5 → 13) for one destination, whose pairs take seconds and whose latency ratio, a
-// ratio of two tails, now and then has a stray pair: from 12 pairs on the interval's
-// ends are the second smallest and largest, so one stray no longer decides a verdict;
-// three pairs more for 10,000 (5 → 8, where order statistics reach 99%), none more for the 100,000-destination row, the ingest and
-// the memory rows.
+// maxRepeats is how many pairs row r may run at most: until settled, up to 2·repeats+3
+// (5 → 13) for the rows of one server of up to 10,000 destinations, whose pairs take
+// seconds (20 at 200/s, 7 at 10,000 destinations); 2·repeats−1 (5 → 9) for the
+// cluster's and a baseline's rows; none more than they ask for the 100,000-destination
+// row (its relay takes a minute to start), the ingest and the memory rows.
 func (r benchRun) maxRepeats() int {
 	switch {
 	case r.ingestOnly() || r.memoryRow() || r.dests >= aimManyDests:
 		return r.repeats
-	case r.dests > aimCPUDests:
-		return r.repeats + 3
-	case r.dests == 1:
-		return 2*r.repeats + 3
+	case r.cluster || r.baseline != "":
+		return 2*r.repeats - 1
 	}
-	return 2*r.repeats - 1
+	return 2*r.repeats + 3
 }
 
 // cpuAims judges issue 46's whole-system CPU aims: each aim row's CPU per delivery of
