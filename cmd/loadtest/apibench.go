@@ -246,6 +246,7 @@ destinations: []
 		bare, err := e.bareRestart(ctx, n)
 		if err != nil {
 			res.bareErr = err.Error()
+			logf("api: bare path after restart %d failed: %s", k+1, err)
 			break
 		}
 		res.bareRestarts = append(res.bareRestarts, bare)
@@ -336,6 +337,9 @@ func apiAims(r *apiResult, results []benchResult) []aim {
 		} else {
 			sp := pairedSpread(relays, bares)
 			restart.figure = fmt.Sprintf("%s; restarts %s against %s", sp.ratio("restarts"), durations(r.restarts), durations(r.bareRestarts))
+			if r.bareErr != "" {
+				restart.figure += fmt.Sprintf(" (the bare path after restart %d failed: %s)", len(r.bareRestarts)+1, r.bareErr)
+			}
 			restart.state = sp.atMost(aimRestartRatio)
 			if r.dests < aimAPIDests {
 				restart.state = notMet
