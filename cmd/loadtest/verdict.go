@@ -209,9 +209,6 @@ func (r benchResult) cpuPairs() (relay, bare []float64) {
 	return relay, bare
 }
 
-// latRatios are, pair by pair, the relay's latency quantile q over the bare pipeline's.
-func (r benchResult) latRatios(q float64) []float64 { return ratios(r.latPairs(q)) }
-
 // latPairs are, pair by pair, the relay's latency quantile q and the bare pipeline's.
 func (r benchResult) latPairs(q float64) (relay, bare []float64) {
 	for _, rep := range r.pairs() {
