@@ -14,15 +14,15 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/destination"
 )
 
 // The bench's bus, written to by the real SDK: it stamps each entry's first take per
-// bus, counts a repeat as a duplicate, answers the stamps of one row's buses only, and
-// a wait for more entries returns once they are taken.
+// bus, counts a repeat as a duplicate, answers the stamps of one row's buses only, a
+// wait for more entries returns once they are taken, and it keeps no entry whole.
 func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
-	srv := httptest.NewServer(&busStamps{inner: awstest.NewEventBridgeHandler(), at: map[string]map[string]int64{}, more: make(chan struct{})})
+	stamps := newBusStamps()
+	srv := httptest.NewServer(stamps)
 	defer srv.Close()
 	bus := &remoteBus{url: srv.URL, http: srv.Client()}
 	eb := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
@@ -59,6 +59,10 @@ func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
 	}
 	if c.N != 3 {
 		t.Fatalf("waiting for 3 entries answered %+v", c)
+	}
+	// Stamped, answered, counted, and not kept: a whole bench run's entries would hold GBs.
+	if kept := stamps.inner.Entries(); len(kept) != 0 {
+		t.Errorf("the bench's bus kept %d entries, want none", len(kept))
 	}
 }
 
