@@ -36,10 +36,13 @@ type busStamps struct {
 	inner *awstest.EventBridge
 	mu    sync.Mutex
 	at    map[string]map[string]int64 // event_id → bus → first take, Unix ns
-	dups  int
-	n     int
-	more  chan struct{} // closed (and replaced) when n reaches wake
-	wake  int           // what the latest /_bench/count?atleast= waits for; 0: none
+	// forgotten holds the event ids whose stamps /_bench/forget dropped: a take of one
+	// of them is a duplicate, as it was before.
+	forgotten map[string]struct{}
+	dups      int
+	n         int
+	more      chan struct{} // closed (and replaced) when n reaches wake
+	wake      int           // what the latest /_bench/count?atleast= waits for; 0: none
 }
 
 // newBusStamps is the bench's bus: an EventBridge that keeps none of the entries it
@@ -50,7 +53,7 @@ type busStamps struct {
 func newBusStamps() *busStamps {
 	inner := awstest.NewEventBridgeHandler()
 	inner.ForgetEntries()
-	return &busStamps{inner: inner, at: map[string]map[string]int64{}, more: make(chan struct{})}
+	return &busStamps{inner: inner, at: map[string]map[string]int64{}, forgotten: map[string]struct{}{}, more: make(chan struct{})}
 }
 
 type statusWriter struct {
@@ -96,6 +99,9 @@ func (s *busStamps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		json.NewEncoder(w).Encode(s.stamps(q))
 		return
+	case "/_bench/forget":
+		s.forget()
+		return
 	}
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -118,6 +124,10 @@ func (s *busStamps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			EventID string `json:"event_id"`
 		}
 		json.Unmarshal([]byte(e.Detail), &d)
+		if _, gone := s.forgotten[d.EventID]; gone {
+			s.dups++
+			continue
+		}
 		byBus := s.at[d.EventID]
 		if byBus == nil {
 			byBus = map[string]int64{}
@@ -134,6 +144,21 @@ func (s *busStamps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		close(s.more)
 		s.more, s.wake = make(chan struct{}), 0
 	}
+}
+
+// forget drops every stamp taken so far, keeping only their event ids (a take of one
+// later is a duplicate) and the counts: the bench asks before each repetition, whose
+// stamps are all it reads, so the bus holds one repetition's stamps, not a whole run's
+// (a map entry per event and bus: millions by the end of a run, and the collections of
+// a heap that size, like those of the entries it no longer keeps, fell into the timed
+// windows of either path).
+func (s *busStamps) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.at {
+		s.forgotten[id] = struct{}{}
+	}
+	s.at = map[string]map[string]int64{}
 }
 
 // busCount is what /_bench/count answers: entries taken (first takes) and duplicates.
@@ -241,6 +266,16 @@ func (b *remoteBus) countAtLeast(n int) busCount {
 	defer resp.Body.Close()
 	json.NewDecoder(resp.Body).Decode(&c)
 	return c
+}
+
+// forget makes the bus drop the stamps it holds (busStamps.forget); an error is the
+// bus gone, which the next count's stall deadline reports.
+func (b *remoteBus) forget() {
+	resp, err := b.http.Post(b.url+"/_bench/forget", "application/json", nil)
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 }
 
 // count is how many entries the bus has taken (first takes only).

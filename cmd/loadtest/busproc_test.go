@@ -19,7 +19,8 @@ import (
 
 // The bench's bus, written to by the real SDK: it stamps each entry's first take per
 // bus, counts a repeat as a duplicate, answers the stamps of one row's buses only, a
-// wait for more entries returns once they are taken, and it keeps no entry whole.
+// wait for more entries returns once they are taken, it forgets stamps when asked (a
+// forgotten event's take still a duplicate), and it keeps no entry whole.
 func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
 	stamps := newBusStamps()
 	srv := httptest.NewServer(stamps)
@@ -59,6 +60,17 @@ func TestBusStampsFirstTakesPerBusAndAnswersOneRowsBuses(t *testing.T) {
 	}
 	if c.N != 3 {
 		t.Fatalf("waiting for 3 entries answered %+v", c)
+	}
+	// Forgotten: the stamps go, the counts stay, and a later take of a forgotten event
+	// is a duplicate still.
+	bus.forget()
+	if got := stamps.stamps(stampQuery{IDs: []string{"e1", "e2"}}); len(got["e1"])+len(got["e2"]) != 0 {
+		t.Errorf("stamps after forget = %v, want none", got)
+	}
+	put(relayBusPrefix(1)+"0", "e1")
+	put(relayBusPrefix(1)+"1", "e3")
+	if c := bus.counts(); c.N != 4 || c.Dups != 2 {
+		t.Fatalf("counts after forget and two takes (one of a forgotten event) = %+v, want 4 first takes and 2 duplicates", c)
 	}
 	// Stamped, answered, counted, and not kept: a whole bench run's entries would hold GBs.
 	if kept := stamps.inner.Entries(); len(kept) != 0 {

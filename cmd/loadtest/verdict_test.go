@@ -230,13 +230,14 @@ func TestARowRunsMorePairsUntilItsVerdictsSettle(t *testing.T) {
 		run  benchRun
 		most int
 	}{
-		{benchRun{dests: 1000, events: 20, repeats: 5}, 13},
-		{benchRun{dests: 1000, events: 20, repeats: 5, cluster: true}, 9},
-		{benchRun{dests: 1, events: 2000, rate: 200, repeats: 5}, 13},
-		{benchRun{dests: 10000, events: 3, repeats: 5}, 13},
-		{benchRun{dests: 100000, events: 1, repeats: 4}, 4},
-		{benchRun{dests: 1, events: 10000, repeats: 1}, 1},
-		{benchRun{dests: 0, events: 20000, repeats: 3}, 3},
+		{benchRun{dests: 1000, events: 20, size: 1024, repeats: 5}, 13},
+		{benchRun{dests: 1000, events: 20, size: 1024, repeats: 5, cluster: true}, 9},
+		{benchRun{dests: 1, events: 1500, rate: 200, size: 1024, repeats: 5}, 13},
+		{benchRun{dests: 10000, events: 3, size: 1024, repeats: 5}, 13},
+		{benchRun{dests: 100, events: 200, size: 1024, repeats: 5}, 5}, // no aim judged on it
+		{benchRun{dests: 100000, events: 1, size: 1024, repeats: 4}, 4},
+		{benchRun{dests: 1, events: 10000, size: 1024, repeats: 1}, 1},
+		{benchRun{dests: 0, events: 20000, size: 1024, repeats: 3}, 3},
 	} {
 		if got := c.run.maxRepeats(); got != c.most {
 			t.Errorf("%+v: at most %d pairs, want %d", c.run, got, c.most)

@@ -191,3 +191,20 @@ func TestSTSRefusesTrustPoliciesItCannotEvaluate(t *testing.T) {
 		}
 	}
 }
+
+// An STS that forgets answers as before, right and wrong ExternalIds alike, but keeps
+// no call: what the bench's, in the process whose CPU it measures, relies on.
+func TestSTSForgettingRequestsAnswersAsBefore(t *testing.T) {
+	s := NewSTS(t)
+	s.RequireExternalID(role, "ext-1")
+	s.ForgetRequests()
+	if out, code := assumeRole(t, s, sts.AssumeRoleInput{ExternalId: aws.String("ext-1")}); code != "" || out.Credentials == nil {
+		t.Fatalf("the right ExternalId: %q, want a session", code)
+	}
+	if _, code := assumeRole(t, s, sts.AssumeRoleInput{ExternalId: aws.String("ext-2")}); code != "AccessDenied" {
+		t.Fatalf("a wrong ExternalId: %q, want AccessDenied", code)
+	}
+	if got := s.Requests(); len(got) != 0 {
+		t.Errorf("kept %d calls, want none", len(got))
+	}
+}
