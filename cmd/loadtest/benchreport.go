@@ -118,7 +118,7 @@ func judgeAims(results []benchResult) []aim {
 		}
 		relay := cpuRow.perDelivery(func(rep repResult) time.Duration { return rep.relayCPU })
 		if bare, ok := cpuRow.barePerDelivery(func(b *bareResult) time.Duration { return b.loadCPU }); ok && len(relays) > 0 {
-			sp := pairedSpread(relays, writers)
+			sp := cpuSpread(relays, writers)
 			cpu.figure = fmt.Sprintf("%.1f µs against %.1f µs: %s", relay, bare, sp.ratio("pairs"))
 			cpu.state = sp.atMost(aimRelayCPU)
 		} else {
@@ -584,7 +584,7 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 			path += ", ingest alone (per event)"
 		}
 		ratio := "–"
-		if sp := pairedSpread(r.cpuPairs()); sp.n > 0 {
+		if sp := cpuSpread(r.cpuPairs()); sp.n > 0 {
 			ratio = sp.ratio("pairs")
 		}
 		fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %s\t\n", r.dests, r.size, r.rateName(), r.redisKind(),

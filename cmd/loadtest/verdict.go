@@ -244,6 +244,85 @@ func pairedSpread(a, b []float64) spread {
 	return sp
 }
 
+// cpuSpread is the spread of whole-system (or one process's) CPU per delivery, a[i] over
+// b[i], pair by pair: from orderPairs pairs on walshSpread of the ratios, below it
+// pairedSpread. Each ratio is a quotient of two sums of the CPU of tens of thousands of
+// deliveries, whose logarithm spreads evenly about its centre, which is what the
+// signed-rank interval needs; its ends then rest on every pair, not on one (the second
+// smallest and largest of 13), and it is narrower by what the order statistics leave
+// unused (for evenly spread values it needs about two thirds of the pairs for the same
+// width). In runs 11 and 12 (bf5b3db, cbcf1be) the 1,000- and 10,000-destination rows'
+// lower ends were 1.17, 1.05, 1.09 and 1.12× by order statistics (two unsure against
+// ≤ 1.10×), 1.11, 1.11, 1.14 and 1.14× by this interval. It is not proof against a
+// stray: in run 10, before the bench's bus and STS stopped keeping what they took, one
+// pair of the 10,000-destination row at 0.54× put its lower end at 0.88× (order
+// statistics 1.00×).
+func cpuSpread(a, b []float64) spread {
+	if len(a) < orderPairs {
+		return pairedSpread(a, b)
+	}
+	return walshSpread(ratios(a, b))
+}
+
+// walshSpread is the spread of xs (each positive) by the Wilcoxon signed-rank interval
+// on their logarithms l: its figure is the Hodges–Lehmann estimate, the median of the
+// n(n+1)/2 Walsh averages (lᵢ+lⱼ)/2, i ≤ j; its interval runs from the k-th smallest of
+// them to the k-th largest, k the largest whose 1 − 2·P(T⁺ < k) is at least
+// medianConfidence, T⁺ the signed-rank statistic of n symmetric values. It assumes the
+// logarithms spread symmetrically about their centre (not that they spread normally);
+// spreadOf where there are too few to reach medianConfidence (fewer than 8).
+func walshSpread(xs []float64) spread {
+	n := len(xs)
+	if n == 0 || slices.Min(xs) <= 0 {
+		return spreadOf(xs)
+	}
+	k := signedRankK(n)
+	if k == 0 {
+		return spreadOf(xs)
+	}
+	l := make([]float64, n)
+	for i, x := range xs {
+		l[i] = math.Log(x)
+	}
+	var w []float64
+	for i := range l {
+		for j := i; j < n; j++ {
+			w = append(w, (l[i]+l[j])/2)
+		}
+	}
+	slices.Sort(w)
+	m := len(w)
+	hl := w[m/2]
+	if m%2 == 0 {
+		hl = (w[m/2-1] + w[m/2]) / 2
+	}
+	return spread{med: math.Exp(hl), lo: math.Exp(w[k-1]), hi: math.Exp(w[m-k]), n: n}
+}
+
+// signedRankK is the largest k ≥ 1 with 1 − 2·P(T⁺ < k) ≥ medianConfidence, T⁺ the
+// Wilcoxon signed-rank statistic of n values under symmetry (each rank's sign a fair
+// coin); 0 when not even k = 1 reaches it.
+func signedRankK(n int) int {
+	most := n * (n + 1) / 2
+	ways := make([]float64, most+1) // ways[t]: the sign choices whose positive ranks sum to t
+	ways[0] = 1
+	for r := 1; r <= n; r++ {
+		for t := most; t >= r; t-- {
+			ways[t] += ways[t-r]
+		}
+	}
+	total := math.Pow(2, float64(n))
+	k, below := 0, 0.0 // below: P(T⁺ < next)
+	for next := 1; next <= most/2+1; next++ {
+		below += ways[next-1] / total
+		if 1-2*below < medianConfidence {
+			break
+		}
+		k = next
+	}
+	return k
+}
+
 // orderPairs is the fewest repetitions whose smallest and largest hold their median
 // with medianConfidence; secondOrderPairs the fewest whose second smallest and largest
 // do.
@@ -308,7 +387,7 @@ func (r benchResult) settled() bool {
 	if len(r.reps) < r.settlePairs() {
 		return false
 	}
-	if t, ok := cpuAim(r.benchRun); ok && pairedSpread(r.cpuPairs()).close(t) {
+	if t, ok := cpuAim(r.benchRun); ok && cpuSpread(r.cpuPairs()).close(t) {
 		return false
 	}
 	if latAim(r.benchRun) && pairedSpread(r.latPairs(0.99)).close(aimLatRatio) {
@@ -369,7 +448,7 @@ func cpuAims(results []benchResult) []aim {
 			aims = append(aims, a)
 			continue
 		}
-		sp := pairedSpread(r.cpuPairs())
+		sp := cpuSpread(r.cpuPairs())
 		if sp.n == 0 {
 			a.figure = "the bare path failed"
 		} else {
