@@ -610,7 +610,7 @@ func (e *benchEnv) idleCost(ctx context.Context, r benchRun, rep *replica, rdb r
 	case aimIdleDests:
 		idleFor = e.idleLeased
 	case aimManyDests:
-		idleFor = max(e.idleLeased, e.idleMany)
+		idleFor = e.idleMany
 	}
 	sleepUntil(ctx, time.Now().Add(time.Second))
 	idle0, err := redisCPU(ctx, rdb)

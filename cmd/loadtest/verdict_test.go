@@ -312,8 +312,8 @@ func TestCPURatiosAreJudgedOnTheSignedRankInterval(t *testing.T) {
 	if math.Abs(sp.lo-1.1420) > 0.001 || math.Abs(sp.hi-1.3612) > 0.001 || sp.n != 13 || sp.atMost(aimCPUFanOut) != notMet {
 		t.Errorf("run 12's 1,000 destinations: %+v, want 1.142–1.361 over 13 pairs, NOT met", sp)
 	}
-	if os := spreadOf(run12); os.atMost(aimCPUFanOut) != unsure {
-		t.Errorf("the same by order statistics: %+v, want unsure (1.09–1.37)", os)
+	if byOrder := spreadOf(run12); byOrder.atMost(aimCPUFanOut) != unsure {
+		t.Errorf("the same by order statistics: %+v, want unsure (1.09–1.37)", byOrder)
 	}
 	if sp.med < sp.lo || sp.med > sp.hi {
 		t.Errorf("the Hodges–Lehmann figure %v outside its interval %v–%v", sp.med, sp.lo, sp.hi)

@@ -66,9 +66,10 @@ func NewSTSHandler() *STS {
 }
 
 // ForgetRequests makes STS answer as before but keep neither its calls nor the sessions
-// it hands out: Requests, Calls and CallsBy see none of its later calls, and a bus that requires sessions from it
-// refuses every write. For a server that lives through millions of calls, as the
-// bench's does, in the process whose CPU it measures.
+// it hands out from then on: Requests, Calls and CallsBy see none of its later calls,
+// and a bus that requires sessions from it refuses every write they would sign. For a
+// server that lives through millions of calls, as the bench's does, in the process
+// whose CPU it measures.
 func (s *STS) ForgetRequests() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
