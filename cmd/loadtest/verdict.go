@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mercamap/relay/internal/benchkit"
 )
 
 // A figure measured several times is judged by its median and the interval that holds
@@ -292,11 +294,7 @@ func walshSpread(xs []float64) spread {
 	}
 	slices.Sort(w)
 	m := len(w)
-	hl := w[m/2]
-	if m%2 == 0 {
-		hl = (w[m/2-1] + w[m/2]) / 2
-	}
-	return spread{med: math.Exp(hl), lo: math.Exp(w[k-1]), hi: math.Exp(w[m-k]), n: n}
+	return spread{med: math.Exp(benchkit.Median(w)), lo: math.Exp(w[k-1]), hi: math.Exp(w[m-k]), n: n}
 }
 
 // signedRankK is the largest k ≥ 1 with 1 − 2·P(T⁺ < k) ≥ medianConfidence, T⁺ the
