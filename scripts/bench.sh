@@ -37,13 +37,15 @@
 # consumer (issue 17's ingest aims) is `make bench-ingest`'s, no longer part of this run.
 #
 #   make bench                          all of it, then docs/benchmarks.md is updated
-#   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats]]),
+#   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats[:most]]]),
 #                                       then the cluster's rows (BENCH_CLUSTER_RUNS)
 #   BENCH_DOC=- scripts/bench.sh        print the report instead of writing the doc
 #   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:5); none: no cluster started
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
 #                                       1,000 destinations on each (a shorter run)
 #   BENCH_API=<n>|0                     destinations made through the API after the rows (default 100000; 0: none)
+#   BENCH_HISTORY=<file>|""             earlier runs' CPU ratios, the least width of each CPU aim's interval
+#                                       (default docs/bench-history.tsv; empty: each row's own pairs alone)
 #   BENCH_KEEP=1                        keep the state directory (each relay's log) after a passing run too
 #   BENCH_BASELINE=<rev>                also run the 1,000-destination row with `relay` built at that git rev
 #
@@ -122,7 +124,8 @@ report=$state/report.md
 echo "bench: end to end (cmd/loadtest bench)" >&2
 "$state/loadtest" bench -relay "$state/relay" -state "$state" -rabbit-pid "$(<"$state/rabbit.pid")" \
 	-amqp "$RELAY_TEST_AMQP_URL" -redis "$RELAY_TEST_REDIS_URL" "${cluster_args[@]}" \
-	-aims-out "$state/aims.md" -api "${BENCH_API:-100000}" "${baseline_args[@]}" "${e2e[@]}" >"$state/e2e.md"
+	-aims-out "$state/aims.md" -api "${BENCH_API:-100000}" "${baseline_args[@]}" "${e2e[@]}" \
+	-history "${BENCH_HISTORY-docs/bench-history.tsv}" -commit "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" >"$state/e2e.md"
 took="$((SECONDS / 60)) min $((SECONDS % 60)) s"
 {
 	cat "$state/aims.md"

@@ -34,19 +34,24 @@ import (
 // destinations: the Redis CPU and memory per ingested event), one and two destinations
 // with 10,000 deliveries (issue 30's memory rows), 100, 1,000 and 10,000 destinations,
 // 100,000 on one replica. The fifth field is the least number of pairs (a run of the
-// relay, then one of its bare path) a row runs: 5 for every row of up to 10,000
-// destinations, more until its verdicts settle (maxRepeats: up to 13 pairs, 7.5 s a
-// run at 200/s, hence 1,500 events there, to keep a whole run under 30 minutes); 3 for the ingest row (no
-// bare path); 4 for 100,000 destinations, whose relay takes a minute to start (two in
-// each sitting); 1 for the memory rows, whose figures are one delta each.
-const defaultRuns = "1:1500:200:1024:5,1:10000:2000:1024:5,1:2000:0:1024:5,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:5,1000:20:0:1024:5,10000:3:0:1024:5,100000:1:0:1024:4"
+// relay, then one of its bare path) a row runs, the sixth the most it may run until its
+// verdicts settle (maxRepeats gives it when unset): 5 up to 13 for one destination as
+// fast as confirmed and at 2,000/s; 5 up to 9 at 200/s (7.5 s a run, hence 1,500 events;
+// its CPU verdict was NOT met by 9% or more at 13 pairs in every run, its p99 unsure at
+// any count); 24 up to 28 for 1,000 and 10,000 destinations, whose estimate lies within
+// 20% of the target in every run and whose interval at 13 pairs (±12–14%) brought its
+// lower end within 1% of it (5 s and 9 s a pair); 5 for 100 destinations (no aim); 3 for
+// the ingest row (no bare path); 4 for 100,000 destinations, whose relay takes a minute
+// to start (two in each sitting); 1 for the memory rows, whose figures are one delta
+// each. The whole run stays under 30 minutes.
+const defaultRuns = "1:1500:200:1024:5:9,1:10000:2000:1024:5,1:2000:0:1024:5,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:5,1000:20:0:1024:24:28,10000:3:0:1024:24:28,100000:1:0:1024:4"
 
 func parseRun(r string) (benchRun, error) {
 	p := strings.Split(r, ":")
-	if len(p) < 3 || len(p) > 5 {
-		return benchRun{}, fmt.Errorf("-runs %q: want destinations:events:rate[:bytes[:repeats]] (0 destinations: ingest alone)", r)
+	if len(p) < 3 || len(p) > 6 {
+		return benchRun{}, fmt.Errorf("-runs %q: want destinations:events:rate[:bytes[:repeats[:most]]] (0 destinations: ingest alone)", r)
 	}
-	n := []int{0, 0, 0, 1024, 1}
+	n := []int{0, 0, 0, 1024, 1, 0}
 	for i, f := range p {
 		v, err := strconv.Atoi(f)
 		if err != nil || v < 0 || (v == 0 && i != 0 && i != 2) {
@@ -54,7 +59,10 @@ func parseRun(r string) (benchRun, error) {
 		}
 		n[i] = v
 	}
-	return benchRun{dests: n[0], events: n[1], rate: n[2], size: n[3], repeats: n[4]}, nil
+	if len(p) == 6 && n[5] < n[4] {
+		return benchRun{}, fmt.Errorf("-runs %q: the most pairs (%d) is fewer than the least (%d)", r, n[5], n[4])
+	}
+	return benchRun{dests: n[0], events: n[1], rate: n[2], size: n[3], repeats: n[4], most: n[5]}, nil
 }
 
 func parseRuns(s string) ([]benchRun, error) {
@@ -76,6 +84,7 @@ type benchRun struct {
 	dests, events, rate int    // dests 0: ingest alone; rate 0: publish as fast as confirms allow
 	size                int    // event body bytes
 	repeats             int    // timed repetitions in one relay process (and as many of its bare path)
+	most                int    // the most repetitions it may run until its verdicts settle; 0: maxRepeats's rule
 	cluster             bool   // on the Redis Cluster of -cluster-redis, not the server of -redis
 	baseline            string // not "": the -baseline-relay binary (built at this rev) runs the row
 }
@@ -161,6 +170,7 @@ type benchResult struct {
 	// once its destination has committed the last, and then what the destination holds.
 	memBefore, memAfter int64
 	destMemory          []keyMemory
+	earlier             []float64 // its whole-system CPU ratio in earlier runs (-history), when an aim is judged on it
 	err                 string
 }
 
@@ -250,18 +260,20 @@ func bareBusARN(idx int) string {
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	var e benchEnv
-	var redisURL, runsFlag, clusterURL, clusterRuns, baselineRuns, aimsOut string
+	var redisURL, runsFlag, clusterURL, clusterRuns, baselineRuns, aimsOut, historyPath, commit string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&e.relayBin, "relay", "", "relay binary")
 	fs.StringVar(&e.stateDir, "state", "", "directory for configs and logs")
 	fs.StringVar(&e.amqpURL, "amqp", "", "broker URL (127.0.0.1)")
 	fs.StringVar(&redisURL, "redis", "", "Redis URL (127.0.0.1); FLUSHALL before each run")
 	fs.StringVar(&runsFlag, "runs", defaultRuns,
-		"runs as destinations:events:rate[:bytes[:repeats]] (destinations 0 = ingest alone; rate 0 = as fast as confirms allow; bytes default 1024, repeats 1)")
+		"runs as destinations:events:rate[:bytes[:repeats[:most]]] (destinations 0 = ingest alone; rate 0 = as fast as confirms allow; bytes default 1024, repeats (the least pairs) 1, most: until settled, by the row's rule)")
 	fs.StringVar(&clusterURL, "cluster-redis", "", "Redis Cluster URL (redis://node?addr=node…, 127.0.0.1) for the -cluster-runs rows; FLUSHALL on every master before each")
 	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0:1024:5", "rows run on -cluster-redis after the others, as -runs")
 	fs.StringVar(&e.baselineBin, "baseline-relay", "", "an older relay binary (the baseline) that runs the -baseline-runs rows too, in the same run")
 	fs.StringVar(&baselineRuns, "baseline-runs", "1000:20:0:1024:5", "rows the -baseline-relay runs on -redis, as -runs")
+	fs.StringVar(&historyPath, "history", "", "earlier runs' whole-system CPU ratios (docs/bench-history.tsv): each aim's interval is at least as wide as they spread; none: each row's own pairs alone")
+	fs.StringVar(&commit, "commit", "?", "the commit under test, for the report's history lines")
 	fs.StringVar(&aimsOut, "aims-out", "", "write the aims table to this file instead of stdout (scripts/bench.sh puts it first)")
 	fs.IntVar(&e.rabbitPID, "rabbit-pid", 0, "the broker's pid, to report its CPU per delivery")
 	fs.DurationVar(&e.idleFor, "idle", 5*time.Second, "per row, how long Redis and relay CPU are read with nothing published, after the warm-up")
@@ -346,6 +358,18 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	rdb := redis.NewClient(mustRedisOpts(redisURL))
 	defer rdb.Close()
 	results := make([]benchResult, len(runs))
+	if historyPath != "" {
+		h, err := readHistory(historyPath)
+		if err != nil {
+			return err
+		}
+		for i, r := range runs {
+			if key, ok := historyKey(r); ok {
+				results[i].earlier = h[key]
+			}
+		}
+	}
+	started := time.Now()
 	sit := func(r benchRun, s sitting) {
 		t0 := time.Now()
 		res := &results[s.row]
@@ -390,7 +414,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	} else if err := os.WriteFile(aimsOut, []byte(aims), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, benchReport(results, load, loadAfter))
+	fmt.Fprint(stdout, benchReport(results, load, loadAfter, commit, started))
 	return nil
 }
 

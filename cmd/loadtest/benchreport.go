@@ -460,7 +460,7 @@ func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repRes
 func aimsTable(aims []aim) string {
 	var b strings.Builder
 	b.WriteString("### Aims (issues 23, 30, 31 and 46), this run\n\n")
-	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence (8 to 11 runs: the smallest and the largest, 12 or more the second smallest and largest; fewer: Student's t at 99% on the runs' logarithms, or the smallest and the largest where wider), but a CPU ratio of 8 pairs or more: the Hodges–Lehmann estimate and the 99% Wilcoxon signed-rank interval of the pairs' logarithms; a row of two or more pairs ran them in two sittings minutes apart, each on a relay and a bare path of its own; a ratio of fewer than 8 pairs holds both series' own spreads too, and a figure over another row's takes both rows' intervals; a row that may run 8 pairs settles on no fewer; a verdict whose interval crosses its target is \"unsure\".\n\n")
+	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence (8 to 11 runs: the smallest and the largest, 12 or more the second smallest and largest; fewer: Student's t at 99% on the runs' logarithms, or the smallest and the largest where wider), but a CPU ratio of 8 pairs or more: the Hodges–Lehmann estimate and the 99% Wilcoxon signed-rank interval of the pairs' logarithms; a CPU aim's interval at least as wide as its row's estimates in earlier runs spread (docs/bench-history.tsv: t at 99% times their standard deviation in the logarithm, about this run's estimate); a row of two or more pairs ran them in two sittings minutes apart, each on a relay and a bare path of its own; a ratio of fewer than 8 pairs holds both series' own spreads too, and a figure over another row's takes both rows' intervals; a row that may run 8 pairs settles on no fewer; a verdict whose interval crosses its target is \"unsure\".\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")
@@ -474,7 +474,7 @@ func aimsTable(aims []aim) string {
 
 // benchReport is the end-to-end part of the markdown `make bench` writes into
 // docs/benchmarks.md.
-func benchReport(results []benchResult, load, loadAfter string) string {
+func benchReport(results []benchResult, load, loadAfter, commit string, started time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### End to end (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "load average before %s, after %s; nproc %d. Rows of several runs give medians (each run's ratio in brackets); "+
@@ -527,6 +527,7 @@ func benchReport(results []benchResult, load, loadAfter string) string {
 	tw.Flush()
 	b.WriteString("\n")
 	cpuReport(&b, results)
+	historyReport(&b, results, commit, started)
 	redisCPUReport(&b, results)
 	return b.String()
 }
@@ -584,7 +585,7 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 			path += ", ingest alone (per event)"
 		}
 		ratio := "–"
-		if sp := cpuSpread(r.cpuPairs()); sp.n > 0 {
+		if sp := r.systemSpread(); sp.n > 0 {
 			ratio = sp.ratio("pairs")
 		}
 		fmt.Fprintf(tw, "| %d\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %s\t\n", r.dests, r.size, r.rateName(), r.redisKind(),
@@ -612,7 +613,7 @@ func cpuReport(b *strings.Builder, results []benchResult) {
 		"the relay process, the bus process (`loadtest bus`, the sandbox EventBridge) and the broker from /proc/PID/stat (utime + stime), Redis from INFO cpu (used_cpu_user + used_cpu_sys, every master), "+
 		"the load process (this one: the publisher; for the bare pipeline also its consumer; for the bare fan-out its writers alone) from getrusage. "+
 		"The bare fan-out uses no broker. Each of the relay's runs is followed by one of its bare path's (ABAB…); the last column is the total of each pair's relay run over its bare run's: "+
-		"the median, and the interval that holds it with at least 99% confidence where the pairs allow (up to 9 pairs: the smallest and the largest).")
+		"its spread as in the aims table (the aim's interval, widened where its row's earlier runs spread more).")
 	fmt.Fprintln(b)
 	tw.Flush()
 	fmt.Fprintln(b)

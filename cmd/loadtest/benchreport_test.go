@@ -317,7 +317,7 @@ func TestBenchReportGivesEachRowBesideItsBarePathAndTheCPUPerDelivery(t *testing
 			}
 		}
 	})
-	out := benchReport(rs, "0 0 0", "0 0 0")
+	out := benchReport(rs, "0 0 0", "0 0 0", "abc1234", time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC))
 	for _, want := range []string{
 		"| 1000         | 1024        | 2 × 3         | as fast as confirmed | this commit | 90           | 100         | 90% (90% / 90% / 90%)",
 		"| 0            | 1024        | 20000 × 3     | as fast as confirmed | this commit | 9000         | –           | –",
@@ -371,7 +371,10 @@ func TestParseRunTakesRepeatsAndTheIngestRow(t *testing.T) {
 	if r, err := parseRun("0:20000:0"); err != nil || !r.ingestOnly() {
 		t.Errorf("parseRun of the ingest row = %+v, %v", r, err)
 	}
-	for _, bad := range []string{"1:2000:200:1024:0", "1:0:0", "1000"} {
+	if r, err := parseRun("1000:20:0:1024:24:28"); err != nil || r.repeats != 24 || r.most != 28 {
+		t.Errorf("parseRun with the most pairs = %+v, %v; want 24 up to 28", r, err)
+	}
+	for _, bad := range []string{"1:2000:200:1024:0", "1:0:0", "1000", "1000:20:0:1024:24:20", "1:2:3:4:5:6:7"} {
 		if _, err := parseRun(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

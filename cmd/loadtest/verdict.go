@@ -23,10 +23,11 @@ import (
 // statistics alone, with 3- and 5-repetition rows at 75% and 93.75%, two at 033d9a4
 // disagreed on 4 of 25 too, three of the four on such rows.)
 
-// spread is a figure measured n times: its median and the interval lo…hi.
+// spread is a figure measured n times: its median and the interval lo…hi; earlier, when
+// not 0, the earlier runs whose spread widened the interval (systemSpread).
 type spread struct {
 	med, lo, hi float64
-	n           int
+	n, earlier  int
 }
 
 // medianConfidence is the least confidence the interval of a spread has in holding the
@@ -55,36 +56,46 @@ func spreadOf(xs []float64) spread {
 	return sp
 }
 
-// logT is the 99% interval of Student's t on the logarithms of xs (2 to 9 of them, each
+// logT is the 99% interval of Student's t on the logarithms of xs (2 to 31 of them, each
 // positive): exp(mean ± t·sd/√n); false when it cannot be had.
 func logT(xs []float64) (lo, hi float64, ok bool) {
 	n := len(xs)
-	if n < 2 || n-1 > len(tQuantile995) {
+	if n < 2 || n-1 > len(tQuantile995) || slices.Min(xs) <= 0 {
 		return 0, 0, false
 	}
-	var sum float64
-	for _, x := range xs {
-		if x <= 0 {
-			return 0, 0, false
-		}
-		sum += math.Log(x)
-	}
-	mean := sum / float64(n)
-	var ss float64
-	for _, x := range xs {
-		d := math.Log(x) - mean
-		ss += d * d
-	}
-	half := tQuantile995[n-2] * math.Sqrt(ss/float64(n-1)/float64(n))
+	mean, sd := logMeanSD(xs)
+	half := t995(n-1) * sd / math.Sqrt(float64(n))
 	if half < 1e-9 { // all alike: exp(log(x)) need not give x back exactly
 		return slices.Min(xs), slices.Max(xs), true
 	}
 	return math.Exp(mean - half), math.Exp(mean + half), true
 }
 
-// tQuantile995 is Student's t at 0.995 (a two-sided 99% interval) for 1 to 8 degrees
+// logMeanSD is the mean and the standard deviation (n − 1) of the logarithms of xs (two
+// or more, each positive).
+func logMeanSD(xs []float64) (mean, sd float64) {
+	n := float64(len(xs))
+	for _, x := range xs {
+		mean += math.Log(x)
+	}
+	mean /= n
+	var ss float64
+	for _, x := range xs {
+		d := math.Log(x) - mean
+		ss += d * d
+	}
+	return mean, math.Sqrt(ss / (n - 1))
+}
+
+// tQuantile995 is Student's t at 0.995 (a two-sided 99% interval) for 1 to 30 degrees
 // of freedom.
-var tQuantile995 = [...]float64{63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355}
+var tQuantile995 = [...]float64{63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169,
+	3.106, 3.055, 3.012, 2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845,
+	2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750}
+
+// t995 is Student's t at 0.995 for df ≥ 1 degrees of freedom: past 30, 30's (a little
+// wider than the true quantile, which falls towards the normal's 2.576).
+func t995(df int) float64 { return tQuantile995[min(df, len(tQuantile995))-1] }
 
 // medianRank is the largest k ≥ 1 such that x(k)…x(n+1-k) of n repetitions holds their
 // population's median with at least medianConfidence: 1 − 2·P(Binomial(n, ½) < k).
@@ -159,8 +170,12 @@ func (s spread) close(target float64) bool {
 // its row runs more pairs anyway.
 const closeMargin = 0.05
 
-// ratio prints a spread of ratios: "1.12× (1.05–1.20, 5 pairs)".
+// ratio prints a spread of ratios: "1.12× (1.05–1.20, 5 pairs)", or "1.12× (0.90–1.40,
+// 13 pairs, as wide as 5 earlier runs spread)".
 func (s spread) ratio(unit string) string {
+	if s.earlier > 0 {
+		return fmt.Sprintf("%.2f× (%.2f–%.2f, %d %s, as wide as %d earlier runs spread)", s.med, s.lo, s.hi, s.n, unit, s.earlier)
+	}
 	return fmt.Sprintf("%.2f× (%.2f–%.2f, %d %s)", s.med, s.lo, s.hi, s.n, unit)
 }
 
@@ -385,7 +400,7 @@ func (r benchResult) settled() bool {
 	if len(r.reps) < r.settlePairs() {
 		return false
 	}
-	if t, ok := cpuAim(r.benchRun); ok && cpuSpread(r.cpuPairs()).close(t) {
+	if t, ok := cpuAim(r.benchRun); ok && r.systemSpread().close(t) {
 		return false
 	}
 	if latAim(r.benchRun) && pairedSpread(r.latPairs(0.99)).close(aimLatRatio) {
@@ -394,7 +409,8 @@ func (r benchResult) settled() bool {
 	return true
 }
 
-// maxRepeats is how many pairs row r may run at most: until settled, up to 2·repeats+3
+// maxRepeats is how many pairs row r may run at most: its most when set (defaultRuns);
+// otherwise until settled, up to 2·repeats+3
 // (5 → 13) for the rows of one server of up to 10,000 destinations that carry an aim,
 // whose pairs take seconds (15 at 200/s, 7 at 10,000 destinations); 2·repeats−1 (5 → 9)
 // for the cluster's and a baseline's rows; none more than they ask for the
@@ -404,6 +420,8 @@ func (r benchResult) settled() bool {
 func (r benchRun) maxRepeats() int {
 	_, judged := cpuAim(r)
 	switch {
+	case r.most > 0:
+		return r.most
 	case r.ingestOnly() || r.memoryRow() || r.dests >= aimManyDests:
 		return r.repeats
 	case r.cluster || r.baseline != "":
@@ -446,7 +464,7 @@ func cpuAims(results []benchResult) []aim {
 			aims = append(aims, a)
 			continue
 		}
-		sp := cpuSpread(r.cpuPairs())
+		sp := r.systemSpread()
 		if sp.n == 0 {
 			a.figure = "the bare path failed"
 		} else {

@@ -238,6 +238,8 @@ func TestARowRunsMorePairsUntilItsVerdictsSettle(t *testing.T) {
 		{benchRun{dests: 100000, events: 1, size: 1024, repeats: 4}, 4},
 		{benchRun{dests: 1, events: 10000, size: 1024, repeats: 1}, 1},
 		{benchRun{dests: 0, events: 20000, size: 1024, repeats: 3}, 3},
+		{benchRun{dests: 1000, events: 20, size: 1024, repeats: 24, most: 28}, 28}, // its own most
+		{benchRun{dests: 1, events: 1500, rate: 200, size: 1024, repeats: 5, most: 9}, 9},
 	} {
 		if got := c.run.maxRepeats(); got != c.most {
 			t.Errorf("%+v: at most %d pairs, want %d", c.run, got, c.most)

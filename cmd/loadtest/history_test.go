@@ -1,0 +1,124 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeHistory(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bench-history.tsv")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReadHistoryTakesEachRowsEstimatesAndRefusesALineItCannotRead(t *testing.T) {
+	h, err := readHistory(writeHistory(t, "# commit\ttime\trow\tpairs\testimate\n\n"+
+		"bf5b3db\t2026-12-05T02:36\t1:0\t13\t1.191\n"+
+		"bf5b3db\t2026-12-05T02:36\t1000:0\t12\t1.242\n"+
+		"cbcf1be\t2026-12-05T03:09\t1:0\t13\t1.117\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h["1:0"]; len(got) != 2 || got[0] != 1.191 || got[1] != 1.117 {
+		t.Errorf("1:0: %v, want [1.191 1.117]", got)
+	}
+	if got := h["1000:0"]; len(got) != 1 || got[0] != 1.242 {
+		t.Errorf("1000:0: %v, want [1.242]", got)
+	}
+	for _, bad := range []string{"bf5b3db 2026-12-05T02:36 1:0 13 1.191\n", "bf5b3db\t2026-12-05T02:36\t1:0\t13\tfast\n", "bf5b3db\t2026-12-05T02:36\t1:0\t13\t-1\n"} {
+		if _, err := readHistory(writeHistory(t, bad)); err == nil || !strings.Contains(err.Error(), ":1:") {
+			t.Errorf("%q: %v, want an error naming line 1", bad, err)
+		}
+	}
+	if _, err := readHistory(filepath.Join(t.TempDir(), "none.tsv")); err == nil {
+		t.Error("a missing history file read without an error")
+	}
+}
+
+// TestEarlierRunsWidenAnIntervalNarrowerThanTheirSpread: run 13 (ca49479) judged one
+// destination as fast as confirmed met on its 13 pairs, 0.99× (0.91–1.07) against
+// ≤ 1.10×, and run 14 unsure; the row's estimates over the five runs since bf5b3db
+// (1.191, 1.117, 0.994, 1.118, 1.060) spread 0.0677 in the logarithm, t at 99% with 4
+// degrees of freedom 4.604: ±0.311 about 0.99, unsure. A row whose earlier runs spread
+// less than its own pairs keeps its own interval.
+func TestEarlierRunsWidenAnIntervalNarrowerThanTheirSpread(t *testing.T) {
+	run13 := []float64{0.938, 1.007, 1.066, 0.934, 0.872, 1.108, 0.995, 0.909, 0.993, 1.003, 1.102, 1.12, 0.827}
+	fast := benchResult{benchRun: benchRun{dests: 1, events: 2000, size: 1024, repeats: 5}}
+	for _, x := range run13 {
+		fast.reps = append(fast.reps, repResult{relayCPU: time.Duration(x * 1e9), bare: &bareResult{loadCPU: time.Second}})
+	}
+	own := fast.systemSpread()
+	if own.atMost(aimCPUOne) != met || own.earlier != 0 {
+		t.Fatalf("run 13's pairs alone: %+v, want met (the case this guards)", own)
+	}
+	fast.earlier = []float64{1.191, 1.117, 0.994, 1.118, 1.060}
+	h, ok := earlierHalf(fast.earlier)
+	if !ok || math.Abs(h-0.3115) > 0.0005 {
+		t.Errorf("earlierHalf = %.4f %v, want 4.604 × 0.0677 = 0.3115", h, ok)
+	}
+	sp := fast.systemSpread()
+	if sp.med != own.med || math.Abs(sp.lo-own.med*math.Exp(-h)) > 1e-9 || math.Abs(sp.hi-own.med*math.Exp(h)) > 1e-9 || sp.earlier != 5 {
+		t.Errorf("with the earlier runs: %+v, want %.3f× ± %.3f in the logarithm, 5 earlier runs", sp, own.med, h)
+	}
+	if sp.atMost(aimCPUOne) != unsure {
+		t.Errorf("with the earlier runs: %s, want unsure", sp.atMost(aimCPUOne))
+	}
+	if a := cpuAims([]benchResult{fast})[2]; a.state != unsure || !strings.Contains(a.figure, "13 pairs, as wide as 5 earlier runs spread") {
+		t.Errorf("the aim: %s %q, want unsure, saying the earlier runs widened it", a.state, a.figure)
+	}
+
+	fast.earlier = []float64{0.995, 1.0, 1.005} // ±0.005 × 9.925 = ±5%: narrower than the pairs' own
+	if sp := fast.systemSpread(); sp != own {
+		t.Errorf("earlier runs narrower than the pairs: %+v, want the pairs' own %+v", sp, own)
+	}
+	fast.earlier = []float64{0.8, 1.3} // two runs: no spread to go by
+	if sp := fast.systemSpread(); sp != own {
+		t.Errorf("two earlier runs: %+v, want the pairs' own %+v", sp, own)
+	}
+}
+
+func TestHistoryKeyNamesOnlyTheRowsACPUAimIsJudgedOn(t *testing.T) {
+	for _, c := range []struct {
+		run benchRun
+		key string
+	}{
+		{benchRun{dests: 1, events: 1500, rate: 200, size: 1024}, "1:200"},
+		{benchRun{dests: 1, events: 2000, size: 1024, repeats: 5}, "1:0"},
+		{benchRun{dests: 10000, events: 3, size: 1024}, "10000:0"},
+		{benchRun{dests: 1000, events: 20, size: 1024, cluster: true}, ""},
+		{benchRun{dests: 1000, events: 20, size: 1024, baseline: "abc"}, ""},
+		{benchRun{dests: 1, events: 10000, size: 1024, repeats: 1}, ""}, // a memory row
+		{benchRun{dests: 100, events: 200, size: 1024}, ""},
+	} {
+		if key, ok := historyKey(c.run); key != c.key || ok != (c.key != "") {
+			t.Errorf("%+v: %q %v, want %q", c.run, key, ok, c.key)
+		}
+	}
+}
+
+func TestTheReportGivesThisRunsEstimatesAsHistoryLines(t *testing.T) {
+	pair := func(relay time.Duration) repResult {
+		return repResult{relayCPU: relay, bare: &bareResult{loadCPU: 100 * time.Millisecond}}
+	}
+	rs := []benchResult{
+		{benchRun: benchRun{dests: 1000, events: 20, size: 1024, repeats: 3}, reps: []repResult{pair(120 * time.Millisecond), pair(125 * time.Millisecond), pair(130 * time.Millisecond)}},
+		{benchRun: benchRun{dests: 100, events: 200, size: 1024, repeats: 3}, reps: []repResult{pair(150 * time.Millisecond)}},
+	}
+	var b strings.Builder
+	historyReport(&b, rs, "abc1234", time.Date(2026, 12, 5, 6, 1, 0, 0, time.UTC))
+	out := b.String()
+	if !strings.Contains(out, "```\nabc1234\t2026-12-05T06:01\t1000:0\t3\t1.250\n```") {
+		t.Errorf("history lines:\n%s\nwant the 1,000-destination row's 1.250 of 3 pairs, alone", out)
+	}
+	h, err := readHistory(writeHistory(t, "abc1234\t2026-12-05T06:01\t1000:0\t3\t1.250\n"))
+	if err != nil || len(h["1000:0"]) != 1 {
+		t.Errorf("the printed line read back: %v %v", h, err)
+	}
+}
