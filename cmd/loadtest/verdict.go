@@ -179,8 +179,12 @@ func (s spread) ratio(unit string) string {
 	return fmt.Sprintf("%.2f× (%.2f–%.2f, %d %s)", s.med, s.lo, s.hi, s.n, unit)
 }
 
-// percent prints a spread of shares: "93% (88–97%, 5 pairs)".
+// percent prints a spread of shares: "93% (88–97%, 5 pairs)", or "93% (60–140%, 8 runs,
+// as wide as 5 earlier runs spread)".
 func (s spread) percent(unit string) string {
+	if s.earlier > 0 {
+		return fmt.Sprintf("%.0f%% (%.0f–%.0f%%, %d %s, as wide as %d earlier runs spread)", 100*s.med, 100*s.lo, 100*s.hi, s.n, unit, s.earlier)
+	}
 	return fmt.Sprintf("%.0f%% (%.0f–%.0f%%, %d %s)", 100*s.med, 100*s.lo, 100*s.hi, s.n, unit)
 }
 
