@@ -170,7 +170,7 @@ type benchResult struct {
 	// once its destination has committed the last, and then what the destination holds.
 	memBefore, memAfter int64
 	destMemory          []keyMemory
-	earlier             []float64 // its whole-system CPU ratio in earlier runs (-history), when an aim is judged on it
+	earlier             history // earlier runs' estimates of the figures judged on it (-history)
 	err                 string
 }
 
@@ -364,9 +364,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		for i, r := range runs {
-			if key, ok := historyKey(r); ok {
-				results[i].earlier = h[key]
-			}
+			results[i].earlier = h.earlierOf(r)
 		}
 	}
 	started := time.Now()

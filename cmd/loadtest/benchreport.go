@@ -97,10 +97,10 @@ func judgeAims(results []benchResult) []aim {
 	case !okIngest:
 		red.figure = "no ingest row 0:…:0 of 1 KB"
 	default:
-		// Two rows measured apart: the interval holds both spreads (spread.over).
 		ing := spreadOf(ingest.redisPerEvents())
 		sp := spreadOf(cpuRow.redisPerDeliveryNets(ing.med))
-		q := sp.over(ing)
+		q, _ := redisSpread(results)
+		q = cpuRow.widen(figRedis, q)
 		red.figure = fmt.Sprintf("%.1f µs (%.1f–%.1f, %d runs) against %.1f µs (%.1f–%.1f, %d runs): %s (%.1f µs with ingest's share)",
 			sp.med, sp.lo, sp.hi, sp.n, ing.med, ing.lo, ing.hi, ing.n, q.ratio("runs"), medianRedisPerDelivery(cpuRow))
 		red.state = q.atMost(aimRedisPerDelivery)
@@ -164,7 +164,7 @@ func judgeAims(results []benchResult) []aim {
 	if okServer && okCluster {
 		a, b := benchkit.Median(clustered.perSecs()), benchkit.Median(server.perSecs())
 		sp, _ := clusterSpread(results)
-		sp = sp.widened(clustered.earlier)
+		sp = clustered.widen(figCluster, sp)
 		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s, the cluster's runs' median over the server's, the interval from the extremes of both; each / its bare fan-out: %s against %s)", sp.percent("runs"), a, b,
 			pct(benchkit.Median(clustered.ratios())), pct(benchkit.Median(server.ratios())))
 		cl.state = unmeasured
@@ -357,6 +357,19 @@ func clusterSpread(results []benchResult) (spread, bool) {
 		return spread{}, false
 	}
 	return spreadOf(clustered.perSecs()).over(spreadOf(server.perSecs())), true
+}
+
+// redisSpread is the Redis aim's figure: Redis's CPU per delivery at 1,000 destinations,
+// ingest's share taken out, over its CPU per ingested event (the ingest row); two rows
+// measured apart, so both spreads are in the interval (spread.over); false without both.
+func redisSpread(results []benchResult) (spread, bool) {
+	cpuRow, okCPU := findRow(results, aimRow(aimCPUDests))
+	ingest, okIngest := findRow(results, aimRow(0))
+	if !okCPU || !okIngest {
+		return spread{}, false
+	}
+	ing := spreadOf(ingest.redisPerEvents())
+	return spreadOf(cpuRow.redisPerDeliveryNets(ing.med)).over(ing), true
 }
 
 // findClusterRow is the first row of this commit's relay on the Redis Cluster that

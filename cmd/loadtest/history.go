@@ -26,30 +26,76 @@ import (
 // file holds runs of this machine, and a run elsewhere whose own pairs spread more
 // keeps its own, wider interval.
 
-// historyKey names row r in the history: destinations:rate ("1:200", "1000:0") for a
-// row a whole-system CPU aim is judged on, "cluster:1000:0" for the cluster's row the
-// cluster aim is judged on (its deliveries/s over the same row's on one server); false
-// for any other row.
-func historyKey(r benchRun) (string, bool) {
+// history is earlier runs' estimates of the figures this one widens by them, by key:
+// "1000:0" (destinations:rate) a row's whole-system CPU ratio, "cluster:1000:0" the
+// cluster's deliveries/s over one server's, "redis:1000:0" Redis's CPU per delivery over
+// its CPU per ingested event, "p99:1:200" the relay's p99 over the bare pipeline's.
+type history map[string][]float64
+
+// The figures a history widens: each an aim's, named by what it is (cpu, cluster, redis,
+// p99) and the row it is read on.
+const (
+	figCPU     = "cpu"
+	figCluster = "cluster"
+	figRedis   = "redis"
+	figP99     = "p99"
+)
+
+// historyKey is figure fig of row r's key in the history.
+func historyKey(fig string, r benchRun) string {
+	if fig == figCPU {
+		return fmt.Sprintf("%d:%d", r.dests, r.rate)
+	}
+	return fmt.Sprintf("%s:%d:%d", fig, r.dests, r.rate)
+}
+
+// widenedFigures are the figures judged on row r that its earlier runs widen: its
+// whole-system CPU ratio where a CPU aim is judged on it, the cluster aim on the
+// cluster's 1,000-destination row, the Redis aim on the server's, p99 on the latency rows.
+func widenedFigures(r benchRun) []string {
+	var figs []string
 	if _, ok := cpuAim(r); ok {
-		return fmt.Sprintf("%d:%d", r.dests, r.rate), true
+		figs = append(figs, figCPU)
 	}
-	if r.cluster && aimRow(aimClusterDests)(r) {
-		return fmt.Sprintf("cluster:%d:%d", r.dests, r.rate), true
+	switch {
+	case r.baseline != "":
+	case r.cluster && aimRow(aimClusterDests)(r):
+		figs = append(figs, figCluster)
+	case !r.cluster && aimRow(aimCPUDests)(r):
+		figs = append(figs, figRedis)
 	}
-	return "", false
+	if latAim(r) {
+		figs = append(figs, figP99)
+	}
+	return figs
+}
+
+// earlierOf is the part of h about row r's widened figures.
+func (h history) earlierOf(r benchRun) history {
+	out := history{}
+	for _, fig := range widenedFigures(r) {
+		if xs := h[historyKey(fig, r)]; len(xs) > 0 {
+			out[historyKey(fig, r)] = xs
+		}
+	}
+	return out
+}
+
+// widen is sp, figure fig of row r, widened to its earlier runs' spread.
+func (r benchResult) widen(fig string, sp spread) spread {
+	return sp.widened(r.earlier[historyKey(fig, r.benchRun)])
 }
 
 // readHistory reads a history file: per row key, the estimates of earlier runs. Each
 // line is "commit, time (UTC), row, pairs, estimate", tab-separated; a line starting
 // with '#' and an empty line are comments.
-func readHistory(path string) (map[string][]float64, error) {
+func readHistory(path string) (history, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("-history: %w", err)
 	}
 	defer f.Close()
-	h := map[string][]float64{}
+	h := history{}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -100,30 +146,40 @@ func (sp spread) widened(earlier []float64) spread {
 
 // systemSpread is the spread of row r's whole-system CPU ratio, pair by pair
 // (cpuSpread), widened to its earlier runs' spread.
-func (r benchResult) systemSpread() spread { return cpuSpread(r.cpuPairs()).widened(r.earlier) }
+func (r benchResult) systemSpread() spread { return r.widen(figCPU, cpuSpread(r.cpuPairs())) }
 
-// historyReport writes this run's estimate of each figure the history widens (a CPU
-// aim's row's ratio, the cluster's over the server's), as lines of the history file (to
-// add there once the run is one to learn from).
+// ownFigure is figure fig of row r as this run's own pairs or runs give it, before any
+// widening; false when the run has none.
+func ownFigure(fig string, r benchResult, results []benchResult) (spread, bool) {
+	var sp spread
+	switch fig {
+	case figCPU:
+		sp = cpuSpread(r.cpuPairs())
+	case figCluster:
+		sp, _ = clusterSpread(results)
+	case figRedis:
+		sp, _ = redisSpread(results)
+	case figP99:
+		sp = pairedSpread(r.latPairs(0.99))
+	}
+	return sp, sp.n > 0
+}
+
+// historyReport writes this run's own estimate of each figure the history widens, as
+// lines of the history file (to add there once the run is one to learn from).
 func historyReport(b *strings.Builder, results []benchResult, commit string, at time.Time) {
 	var lines []string
 	for _, r := range results {
-		key, ok := historyKey(r.benchRun)
-		if !ok {
-			continue
-		}
-		sp := cpuSpread(r.cpuPairs())
-		if r.cluster {
-			sp, _ = clusterSpread(results)
-		}
-		if sp.n > 0 {
-			lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%d\t%.3f", commit, at.UTC().Format("2006-01-02T15:04"), key, sp.n, sp.med))
+		for _, fig := range widenedFigures(r.benchRun) {
+			if sp, ok := ownFigure(fig, r, results); ok {
+				lines = append(lines, fmt.Sprintf("%s\t%s\t%s\t%d\t%.3f", commit, at.UTC().Format("2006-01-02T15:04"), historyKey(fig, r.benchRun), sp.n, sp.med))
+			}
 		}
 	}
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(b, "This run's estimate of each figure earlier runs widen (each CPU aim's row, the cluster's deliveries/s over the server's), before any widening, as lines of `docs/bench-history.tsv`:")
+	fmt.Fprintln(b, "This run's own estimate of each figure earlier runs widen (each CPU aim's ratio, the cluster's deliveries/s over the server's, Redis's CPU per delivery over per ingested event, p99 over the bare pipeline's), before any widening, as lines of `docs/bench-history.tsv`:")
 	fmt.Fprintln(b)
 	fmt.Fprintln(b, "```")
 	for _, l := range lines {
