@@ -272,7 +272,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0:1024:5", "rows run on -cluster-redis after the others, as -runs")
 	fs.StringVar(&e.baselineBin, "baseline-relay", "", "an older relay binary (the baseline) that runs the -baseline-runs rows too, in the same run")
 	fs.StringVar(&baselineRuns, "baseline-runs", "1000:20:0:1024:5", "rows the -baseline-relay runs on -redis, as -runs")
-	fs.StringVar(&historyPath, "history", "", "earlier runs' whole-system CPU ratios (docs/bench-history.tsv): each aim's interval is at least as wide as they spread; none: each row's own pairs alone")
+	fs.StringVar(&historyPath, "history", "", "earlier runs' estimates (docs/bench-history.tsv: the CPU aims', the cluster's, Redis's, p99's): each such aim's interval is at least as wide as they spread; none: each run's own pairs alone")
 	fs.StringVar(&commit, "commit", "?", "the commit under test, for the report's history lines")
 	fs.StringVar(&aimsOut, "aims-out", "", "write the aims table to this file instead of stdout (scripts/bench.sh puts it first)")
 	fs.IntVar(&e.rabbitPID, "rabbit-pid", 0, "the broker's pid, to report its CPU per delivery")

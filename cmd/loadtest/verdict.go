@@ -24,7 +24,7 @@ import (
 // disagreed on 4 of 25 too, three of the four on such rows.)
 
 // spread is a figure measured n times: its median and the interval lo…hi; earlier, when
-// not 0, the earlier runs whose spread widened the interval (systemSpread).
+// not 0, the earlier runs whose spread widened the interval (spread.widened).
 type spread struct {
 	med, lo, hi float64
 	n, earlier  int
