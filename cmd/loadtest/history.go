@@ -88,9 +88,9 @@ func (r benchResult) widen(fig string, sp spread) spread {
 	return sp.widened(r.earlier[historyKey(fig, r.benchRun)])
 }
 
-// readHistory reads a history file: per row key, the estimates of earlier runs. Each
-// line is "commit, time (UTC), row, pairs, estimate", tab-separated; a line starting
-// with '#' and an empty line are comments.
+// readHistory reads a history file: per key (historyKey), the estimates of earlier runs.
+// Each line is "commit, time (UTC), key, pairs, estimate", tab-separated; a line
+// starting with '#' and an empty line are comments.
 func readHistory(path string) (history, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -106,10 +106,10 @@ func readHistory(path string) (history, error) {
 		}
 		p := strings.Split(line, "\t")
 		if len(p) != 5 {
-			return nil, fmt.Errorf("-history %s:%d: want commit, time, row, pairs and estimate, tab-separated; got %d fields", path, n, len(p))
+			return nil, fmt.Errorf("-history %s:%d: want commit, time, key, pairs and estimate, tab-separated; got %d fields", path, n, len(p))
 		}
 		est, err := strconv.ParseFloat(p[4], 64)
-		if err != nil || est <= 0 || math.IsInf(est, 0) {
+		if err != nil || !(est > 0) || math.IsInf(est, 0) { // !(est > 0): NaN too
 			return nil, fmt.Errorf("-history %s:%d: the estimate %q is not a positive number", path, n, p[4])
 		}
 		h[p[2]] = append(h[p[2]], est)

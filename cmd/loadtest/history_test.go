@@ -32,7 +32,7 @@ func TestReadHistoryTakesEachRowsEstimatesAndRefusesALineItCannotRead(t *testing
 	if got := h["1000:0"]; len(got) != 1 || got[0] != 1.242 {
 		t.Errorf("1000:0: %v, want [1.242]", got)
 	}
-	for _, bad := range []string{"bf5b3db 2026-12-05T02:36 1:0 13 1.191\n", "bf5b3db\t2026-12-05T02:36\t1:0\t13\tfast\n", "bf5b3db\t2026-12-05T02:36\t1:0\t13\t-1\n"} {
+	for _, bad := range []string{"bf5b3db 2026-12-05T02:36 1:0 13 1.191\n", "bf5b3db\t2026-12-05T02:36\t1:0\t13\tfast\n", "bf5b3db\t2026-12-05T02:36\t1:0\t13\t-1\n", "bf5b3db\t2026-12-05T02:36\t1:0\t13\tNaN\n"} {
 		if _, err := readHistory(writeHistory(t, bad)); err == nil || !strings.Contains(err.Error(), ":1:") {
 			t.Errorf("%q: %v, want an error naming line 1", bad, err)
 		}
