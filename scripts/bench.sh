@@ -44,8 +44,9 @@
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
 #                                       1,000 destinations on each (a shorter run)
 #   BENCH_API=<n>|0                     destinations made through the API after the rows (default 100000; 0: none)
-#   BENCH_HISTORY=<file>|""             earlier runs' CPU ratios, the least width of each CPU aim's interval
-#                                       (default docs/bench-history.tsv; empty: each row's own pairs alone)
+#   BENCH_HISTORY=<file>|""             earlier runs' estimates: the least width of the interval of each aim
+#                                       they widen (CPU, cluster, Redis, p99; default docs/bench-history.tsv;
+#                                       empty: each run's own pairs alone)
 #   BENCH_KEEP=1                        keep the state directory (each relay's log) after a passing run too
 #   BENCH_BASELINE=<rev>                also run the 1,000-destination row with `relay` built at that git rev
 #
