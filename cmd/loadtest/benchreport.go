@@ -97,9 +97,7 @@ func judgeAims(results []benchResult) []aim {
 	case !okIngest:
 		red.figure = "no ingest row 0:…:0 of 1 KB"
 	default:
-		ing := spreadOf(ingest.redisPerEvents())
-		sp := spreadOf(cpuRow.redisPerDeliveryNets(ing.med))
-		q, _ := redisSpread(results)
+		sp, ing, q := redisSpreads(cpuRow, ingest)
 		q = cpuRow.widen(figRedis, q)
 		red.figure = fmt.Sprintf("%.1f µs (%.1f–%.1f, %d runs) against %.1f µs (%.1f–%.1f, %d runs): %s (%.1f µs with ingest's share)",
 			sp.med, sp.lo, sp.hi, sp.n, ing.med, ing.lo, ing.hi, ing.n, q.ratio("runs"), medianRedisPerDelivery(cpuRow))
@@ -163,8 +161,7 @@ func judgeAims(results []benchResult) []aim {
 	clustered, okCluster := findClusterRow(results, aimRow(aimClusterDests))
 	if okServer && okCluster {
 		a, b := benchkit.Median(clustered.perSecs()), benchkit.Median(server.perSecs())
-		sp, _ := clusterSpread(results)
-		sp = clustered.widen(figCluster, sp)
+		sp := clustered.widen(figCluster, clusterSpread(clustered, server))
 		cl.figure = fmt.Sprintf("%s (%.0f against %.0f/s, the cluster's runs' median over the server's, the interval from the extremes of both; each / its bare fan-out: %s against %s)", sp.percent("runs"), a, b,
 			pct(benchkit.Median(clustered.ratios())), pct(benchkit.Median(server.ratios())))
 		cl.state = unmeasured
@@ -349,27 +346,19 @@ func issue17Line(results []benchResult) string {
 
 // clusterSpread is the cluster aim's figure: the cluster row's deliveries/s over the
 // same row's on one server, two rows measured apart, so both spreads are in the interval
-// (spread.over); false without both rows.
-func clusterSpread(results []benchResult) (spread, bool) {
-	server, okServer := findRow(results, aimRow(aimClusterDests))
-	clustered, okCluster := findClusterRow(results, aimRow(aimClusterDests))
-	if !okServer || !okCluster {
-		return spread{}, false
-	}
-	return spreadOf(clustered.perSecs()).over(spreadOf(server.perSecs())), true
+// (spread.over).
+func clusterSpread(clustered, server benchResult) spread {
+	return spreadOf(clustered.perSecs()).over(spreadOf(server.perSecs()))
 }
 
-// redisSpread is the Redis aim's figure: Redis's CPU per delivery at 1,000 destinations,
-// ingest's share taken out, over its CPU per ingested event (the ingest row); two rows
-// measured apart, so both spreads are in the interval (spread.over); false without both.
-func redisSpread(results []benchResult) (spread, bool) {
-	cpuRow, okCPU := findRow(results, aimRow(aimCPUDests))
-	ingest, okIngest := findRow(results, aimRow(0))
-	if !okCPU || !okIngest {
-		return spread{}, false
-	}
-	ing := spreadOf(ingest.redisPerEvents())
-	return spreadOf(cpuRow.redisPerDeliveryNets(ing.med)).over(ing), true
+// redisSpreads are the Redis aim's figures: Redis's CPU per delivery of cpuRow,
+// ingest's share taken out (net), its CPU per ingested event of the ingest row (ing),
+// and the first over the second (ratio): two rows measured apart, so both spreads are
+// in its interval (spread.over).
+func redisSpreads(cpuRow, ingest benchResult) (net, ing, ratio spread) {
+	ing = spreadOf(ingest.redisPerEvents())
+	net = spreadOf(cpuRow.redisPerDeliveryNets(ing.med))
+	return net, ing, net.over(ing)
 }
 
 // findClusterRow is the first row of this commit's relay on the Redis Cluster that

@@ -76,8 +76,9 @@ func widenedFigures(r benchRun) []string {
 func (h history) earlierOf(r benchRun) history {
 	out := history{}
 	for _, fig := range widenedFigures(r) {
-		if xs := h[historyKey(fig, r)]; len(xs) > 0 {
-			out[historyKey(fig, r)] = xs
+		key := historyKey(fig, r)
+		if xs := h[key]; len(xs) > 0 {
+			out[key] = xs
 		}
 	}
 	return out
@@ -150,17 +151,29 @@ func (sp spread) widened(earlier []float64) spread {
 // (cpuSpread), widened to its earlier runs' spread.
 func (r benchResult) systemSpread() spread { return r.widen(figCPU, cpuSpread(r.cpuPairs())) }
 
+// p99Spread is the spread of row r's p99 over the bare pipeline's, pair by pair
+// (pairedSpread), widened to its earlier runs' spread.
+func (r benchResult) p99Spread() spread { return r.widen(figP99, pairedSpread(r.latPairs(0.99))) }
+
 // ownFigure is figure fig of row r as this run's own pairs or runs give it, before any
-// widening; false when the run has none.
+// widening, from the rows its aim reads; false when the run has none.
 func ownFigure(fig string, r benchResult, results []benchResult) (spread, bool) {
 	var sp spread
 	switch fig {
 	case figCPU:
 		sp = cpuSpread(r.cpuPairs())
 	case figCluster:
-		sp, _ = clusterSpread(results)
+		server, okServer := findRow(results, aimRow(aimClusterDests))
+		clustered, okCluster := findClusterRow(results, aimRow(aimClusterDests))
+		if okServer && okCluster {
+			sp = clusterSpread(clustered, server)
+		}
 	case figRedis:
-		sp, _ = redisSpread(results)
+		cpuRow, okCPU := findRow(results, aimRow(aimCPUDests))
+		ingest, okIngest := findRow(results, aimRow(0))
+		if okCPU && okIngest {
+			_, _, sp = redisSpreads(cpuRow, ingest)
+		}
 	case figP99:
 		sp = pairedSpread(r.latPairs(0.99))
 	}

@@ -173,19 +173,21 @@ const closeMargin = 0.05
 // ratio prints a spread of ratios: "1.12× (1.05–1.20, 5 pairs)", or "1.12× (0.90–1.40,
 // 13 pairs, as wide as 5 earlier runs spread)".
 func (s spread) ratio(unit string) string {
-	if s.earlier > 0 {
-		return fmt.Sprintf("%.2f× (%.2f–%.2f, %d %s, as wide as %d earlier runs spread)", s.med, s.lo, s.hi, s.n, unit, s.earlier)
-	}
-	return fmt.Sprintf("%.2f× (%.2f–%.2f, %d %s)", s.med, s.lo, s.hi, s.n, unit)
+	return fmt.Sprintf("%.2f× (%.2f–%.2f, %s)", s.med, s.lo, s.hi, s.count(unit))
 }
 
 // percent prints a spread of shares: "93% (88–97%, 5 pairs)", or "93% (60–140%, 8 runs,
 // as wide as 5 earlier runs spread)".
 func (s spread) percent(unit string) string {
+	return fmt.Sprintf("%.0f%% (%.0f–%.0f%%, %s)", 100*s.med, 100*s.lo, 100*s.hi, s.count(unit))
+}
+
+// count says how many unit the spread is of, and the earlier runs that widened it.
+func (s spread) count(unit string) string {
 	if s.earlier > 0 {
-		return fmt.Sprintf("%.0f%% (%.0f–%.0f%%, %d %s, as wide as %d earlier runs spread)", 100*s.med, 100*s.lo, 100*s.hi, s.n, unit, s.earlier)
+		return fmt.Sprintf("%d %s, as wide as %d earlier runs spread", s.n, unit, s.earlier)
 	}
-	return fmt.Sprintf("%.0f%% (%.0f–%.0f%%, %d %s)", 100*s.med, 100*s.lo, 100*s.hi, s.n, unit)
+	return fmt.Sprintf("%d %s", s.n, unit)
 }
 
 // systemCPU is what every process spent on one repetition of the relay's path: the
@@ -407,7 +409,7 @@ func (r benchResult) settled() bool {
 	if t, ok := cpuAim(r.benchRun); ok && r.systemSpread().close(t) {
 		return false
 	}
-	if latAim(r.benchRun) && r.widen(figP99, pairedSpread(r.latPairs(0.99))).close(aimLatRatio) {
+	if latAim(r.benchRun) && r.p99Spread().close(aimLatRatio) {
 		return false
 	}
 	return true
@@ -491,7 +493,7 @@ func latencyAims(results []benchResult) []aim {
 		a := aim{what: fmt.Sprintf("relay p99 / bare pipeline p99 (publish → the bus's answer), 1 destination, 1 KB at %s/s, pairs run one after the other", thousands(rate)),
 			target: fmt.Sprintf("≤ %.1f×", aimLatRatio), figure: fmt.Sprintf("no row 1:…:%d of 1 KB", rate)}
 		if r, ok := findRow(results, func(r benchRun) bool { return r.dests == 1 && r.rate == rate && r.size == aimSize }); ok {
-			sp := r.widen(figP99, pairedSpread(r.latPairs(0.99)))
+			sp := r.p99Spread()
 			if sp.n == 0 {
 				a.figure = "the bare pipeline failed"
 			} else {
