@@ -11,7 +11,7 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/relay ./cmd/relay
 
 # A static binary on a minimal base that runs as a non-root user (uid 65532).
 FROM gcr.io/distroless/static-debian12:nonroot
-ARG VERSION=0.2.0
+ARG VERSION=0.3.0
 LABEL org.opencontainers.image.title="relay" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="https://github.com/mercamap/relay"

@@ -447,7 +447,7 @@ func (r *roll) rollTo(bin, release string) {
 
 // checkStatus runs this release's relay upgrade status beside the deployment: it lists
 // every live replica, and only those, with the release it runs (a replica of the
-// previous release, whose heartbeat names no version, as 0.1.0), state format 1 in force
+// previous release as the release before this one in upgrade.Releases), state format 1 in force
 // and nothing pending; each new replica's /metrics names its release.
 func (r *roll) checkStatus(when string) {
 	r.t.Helper()
@@ -462,7 +462,7 @@ func (r *roll) checkStatus(when string) {
 		for _, p := range live {
 			want := "relay " + relay.Version() + " "
 			if p.bin == r.oldBin {
-				want = "relay " + upgrade.Unnumbered + " "
+				want = "relay " + previousRelease().Version + " "
 			}
 			if !strings.Contains(lineWith(s, fmt.Sprintf("-%d-", p.cmd.Process.Pid)), want) {
 				return false
@@ -823,4 +823,10 @@ func (p *rollPublisher) unconfirmedIDs() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.unconfirmed)
+}
+
+// previousRelease is the release this one rolls over, as this build knows it.
+func previousRelease() upgrade.Release {
+	known := upgrade.Releases(relay.Version())
+	return known[len(known)-2]
 }

@@ -36,7 +36,8 @@ const Unnumbered = "0.1.0"
 func Releases(current string) []Release {
 	return []Release{
 		{Version: Unnumbered, Reads: []int{1}, Writes: []int{1}, Commit: "b01080b"},
-		{Version: current, Previous: Unnumbered, Reads: []int{1}, Writes: []int{1}},
+		{Version: "0.2.0", Previous: Unnumbered, Reads: []int{1}, Writes: []int{1}},
+		{Version: current, Previous: "0.2.0", Reads: []int{1}, Writes: []int{1}},
 	}
 }
 
