@@ -61,6 +61,9 @@ type Options struct {
 	// TrimEvery is how often an account's log is trimmed to LogRetention (trim.go);
 	// zero: a minute.
 	TrimEvery time.Duration
+	// StateFormat is the state format in force (upgrade.Keeper.Writes): from 2 on, a
+	// commit also records what ended past the cursor (store.Commit.Done). nil: 1.
+	StateFormat func() int
 }
 
 // Dispatcher runs the workers of the destinations this replica holds leases for.
@@ -290,4 +293,12 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read does not fail on Linux
 	return hex.EncodeToString(b)
+}
+
+// stateFormat is the state format the deployment writes now (Options.StateFormat).
+func (d *Dispatcher) stateFormat() int {
+	if d.opts.StateFormat == nil {
+		return 1
+	}
+	return d.opts.StateFormat()
 }

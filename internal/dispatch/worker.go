@@ -40,23 +40,26 @@ type worker struct {
 	fence   sync.Mutex
 	stale   bool  // the stored state changed since it was read: read it before any write
 	halted  bool  // a pause or disable asked for an answer: no write until the state is read
-	writing bool  // a write is under way
+	writing int   // writes under way
 	control int64 // the control version of the state in hand (store.State.Control)
 
 	// The state in hand, read by the pass that loaded it; only the worker's own turn
 	// touches these.
 	status     string
 	epoch      string // writes and commits are fenced by it: a replay or activation moves it
-	cursor     string // the log id of the last event that ended here (committed or on its way)
+	cursor     string // the log id before the oldest unfinished event: every event up to it ended here (committed or on its way)
 	externalID string
 	retriesQ   bool
 
-	retrying string        // the log id of the message in not-taken backoff, if any
-	backoff  time.Duration // its next backoff
-	// holdUntil is when that message may be sent again. A pass that runs before (a state
-	// change queued the worker) waits out the rest, unless the change was a real one (the
-	// control version moved: an activation, a test that passed), which sends it at once.
-	holdUntil time.Time
+	// ww is the window of writes past the cursor (windowed.go), nil while nothing is
+	// past it. A not-taken event waits out its backoff there; a pass that runs before (a
+	// state change queued the worker) waits out the rest, unless the change was a real
+	// one (the control version moved: an activation, a test that passed), which sends it
+	// at once.
+	ww *windowed
+	// doneAfter are the events the stored state says ended past the cursor (state
+	// format 2), for the next window to skip.
+	doneAfter []string
 	// nextCheck is when a pending destination's setup check runs next (zero: at once),
 	// checkEvery the wait after the next failure.
 	nextCheck  time.Time
@@ -89,7 +92,7 @@ func (w *worker) halt() (inFlight bool) {
 	w.fence.Lock()
 	defer w.fence.Unlock()
 	w.halted, w.stale = true, true
-	return w.writing
+	return w.writing > 0
 }
 
 // controlAt tells a worker the destination's control version now: one newer than the
@@ -117,13 +120,13 @@ func (w *worker) startWrite() bool {
 	if w.stale || w.halted || w.status != store.Active {
 		return false
 	}
-	w.writing = true
+	w.writing++
 	return true
 }
 
 func (w *worker) endWrite() {
 	w.fence.Lock()
-	w.writing = false
+	w.writing--
 	w.fence.Unlock()
 }
 
@@ -152,12 +155,18 @@ func (w *worker) load(ctx context.Context, log *slog.Logger) error {
 	}
 	w.fence.Lock()
 	w.halted = false // the state read now is the one the status change left
-	if st.Control > w.control {
-		w.holdUntil = time.Time{} // something changed the destination: a held message goes now
-	}
+	released := st.Control > w.control
 	w.control = max(w.control, st.Control)
 	w.status = st.Status
 	w.fence.Unlock()
+	switch {
+	case st.Epoch != w.epoch || st.Cursor != w.cursor || w.ww == nil:
+		// The cursor moved under the window (a replay, an activation, another holder
+		// before this one): read on from the stored one, skipping what ended past it.
+		w.forget(store.DecodeDone(st.Done, st.Epoch, st.Cursor))
+	case released:
+		w.ww.win.Release() // something changed the destination: a held event goes now
+	}
 	w.epoch, w.cursor, w.externalID, w.retriesQ = st.Epoch, st.Cursor, st.ExternalID, st.RetriesQueued
 	return nil
 }
@@ -193,20 +202,7 @@ func (w *worker) pass(ctx context.Context, log *slog.Logger) (idle bool, err err
 		}
 		w.retriesQ = false
 	}
-	// The account's entries this replica read once, for all its destinations; a
-	// destination behind them reads its own backlog until it catches up.
-	entries, ok := w.d.feedOf(w.dest.Account).after(w.cursor, readBatch)
-	if !ok {
-		entries, err = w.d.opts.Store.ReadLog(ctx, w.dest.Account, w.cursor, readBatch)
-		if err != nil {
-			log.Warn("cannot read the account log", "error", err)
-			return false, idleFor{pause: time.Second}
-		}
-	}
-	if len(entries) == 0 {
-		return true, nil
-	}
-	return false, w.deliverAll(ctx, dest, entries)
+	return w.deliverWindow(ctx, dest)
 }
 
 // checkSetup runs a pending destination's setup check (probe and session for AWS, the
@@ -247,73 +243,169 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 	return false
 }
 
-// deliverAll takes entries in order; it returns early when the destination stops.
-func (w *worker) deliverAll(ctx context.Context, dest destination.Destination, entries []store.LogEntry) error {
-	skipped := ""
-	for _, e := range entries {
-		if ctx.Err() != nil {
-			return errStop
+// deliverWindow writes the events past the cursor, as many at once as the window lets
+// (windowed.go decides which), and records each outcome as its write ends. It returns
+// idle when nothing is left to write, idleFor when what is left waits out a backoff or
+// the rate cap, and errStop (or the lease's error) when the destination stopped: then
+// no write starts any more, and those in flight finish and are recorded first.
+func (w *worker) deliverWindow(ctx context.Context, dest destination.Destination) (idle bool, err error) {
+	ww := w.windowed(dest)
+	defer ww.letGoIfEmpty(w)
+	ww.logEnd = false
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		if !dest.Wants(e.Type) {
-			skipped = e.ID
-			continue
+	}()
+	for {
+		if err = w.take(ctx, dest); err != nil {
+			break
 		}
-		skipped = ""
-		if err := w.deliver(ctx, dest, e); err != nil {
-			return err // errStop, idleFor: the next pass reads the state if it changed
+		var wait time.Duration
+		if wait, err = w.startWrites(ctx, dest); err != nil {
+			break
+		}
+		if ww.win.Writing() == 0 {
+			if err = w.commitSettled(ctx); err != nil {
+				break
+			}
+			if ww.win.Len() == 0 {
+				return true, nil
+			}
+			return false, idleFor{pause: max(wait, time.Millisecond)}
+		}
+		var tick <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tick = timer.C
+		}
+		select {
+		case r := <-ww.results:
+			err = w.ended(ctx, dest, r)
+		case <-tick:
+		case <-ctx.Done():
+			err = errStop
+		}
+		if err != nil {
+			break
 		}
 	}
-	if skipped != "" { // the batch ended on filtered-out events: move past them
-		w.cursor = skipped
-		return w.commitBehind(ctx, store.Commit{Kind: store.KindSkip, Cursor: skipped})
+	w.drain(ctx, dest)
+	return false, err
+}
+
+// take takes the log's next events into the window, as far as its look-ahead allows:
+// from the account's entries this replica read for all its destinations, or, for a
+// destination behind them, from the log itself. An event the destination does not
+// want, or that ended before a takeover (state format 2), needs no write.
+func (w *worker) take(ctx context.Context, dest destination.Destination) error {
+	ww := w.ww
+	room := min(ww.win.Room(), readBatch)
+	if room <= 0 {
+		return nil
+	}
+	entries, ok := w.d.feedOf(w.dest.Account).after(ww.read, room)
+	if !ok {
+		if ww.logEnd || room < min(readBatch, ww.win.Ahead())/4 {
+			return nil // read more once more room is free: a round trip per batch, not per event
+		}
+		var err error
+		if entries, err = w.d.opts.Store.ReadLog(ctx, w.dest.Account, ww.read, int64(room)); err != nil {
+			w.log.Warn("cannot read the account log", "error", err)
+			return idleFor{pause: time.Second}
+		}
+		ww.logEnd = len(entries) < room
+	}
+	for _, e := range entries {
+		ww.read = e.ID
+		msg := w.d.message(dest, e)
+		ww.win.Add(e.ID, orderingKey(msg))
+		if !dest.Wants(e.Type) || ww.skip[e.ID] {
+			delete(ww.skip, e.ID)
+			ww.win.Finish(e.ID, false)
+			continue
+		}
+		ww.held[e.ID] = heldEvent{entry: e, msg: msg}
 	}
 	return nil
 }
 
-// deliver writes one event. Delivered: the outcome goes to Redis behind the write
-// (committer.go) and the next write starts at once. Rejected and expired end the
-// message and are committed before the next write, which may not start if the count
-// disabled the destination. Not taken is committed (it shows on the card, never
-// counts) and returned as idleFor, holding the destination's later events behind it
-// until a later pass retries it. Each write starts behind the fence (startWrite): a
-// pause or disable this replica has heard of, or a lease it cannot be sure of, lets
-// the write under way finish and starts none after it.
-func (w *worker) deliver(ctx context.Context, dest destination.Destination, e store.LogEntry) error {
+// orderingKey is the key the bus orders by (Kinesis PartitionKey, Pub/Sub ordering_key):
+// the event's store id, else the account id. Events of one key are written one at a time.
+func orderingKey(m destination.Message) string {
+	if m.StoreID != "" {
+		return m.StoreID
+	}
+	return m.Account
+}
+
+// startWrites starts every write the window lets go now, each behind the write fence
+// (startWrite). wait is how long until a held event's backoff or the rate cap lets the
+// next one go (zero: only a write ending makes room).
+func (w *worker) startWrites(ctx context.Context, dest destination.Destination) (wait time.Duration, err error) {
+	ww := w.ww
 	cfg := w.d.opts.Delivery
-	msg := w.d.message(dest, e)
-	if w.retrying != e.ID { // a message's backoff starts over; another's does not carry on
-		w.retrying, w.backoff, w.holdUntil = e.ID, cfg.NotTakenBackoff.Initial, time.Time{}
-	}
-	if wait := w.holdUntil.Sub(w.d.opts.Now()); wait > 0 {
-		return idleFor{pause: wait} // queued by a change that did not release it: the backoff stands
-	}
-	arrived := store.EntryTime(e.ID)
-	if w.d.opts.Now().Sub(arrived) > cfg.MaxMessageAge {
-		res, err := w.commitNow(ctx, store.Commit{Kind: store.KindExpired, Cursor: e.ID, EventID: e.EventID,
-			MessageID: msg.ID, Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"})
-		if err != nil {
-			return err
+	for {
+		now := w.d.opts.Now()
+		id, ok, wait := ww.win.Next(now)
+		if !ok {
+			return wait, nil
 		}
-		w.cursor = e.ID
-		return w.stopAfter(res, e.ID)
+		h := ww.held[id]
+		if now.Sub(store.EntryTime(id)) > cfg.MaxMessageAge {
+			if err := w.expire(ctx, h); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		w.commits.room(cfg.UncommittedMax)
+		if ctx.Err() != nil || !w.startWrite() {
+			ww.win.Unstart(id)
+			if ctx.Err() == nil {
+				w.log.Info("write not started: the destination changed", "event_id", h.entry.EventID)
+			}
+			return 0, errStop
+		}
+		go w.send(ctx, dest, h, ww.results)
 	}
-	w.commits.room(cfg.UncommittedMax)
-	if ctx.Err() != nil {
-		return errStop // a commit behind found the lease another's
-	}
-	if !w.startWrite() {
-		w.d.opts.Logger.Info("write not started: the destination changed", "destination", w.dest.ID, "event_id", e.EventID)
-		return errStop
-	}
+}
+
+// send is one write: it goes on its own, bounded by sendTimeout, whatever becomes of
+// the pass (a write in flight at SIGTERM finishes and is recorded), and hands its
+// outcome to the pass.
+func (w *worker) send(ctx context.Context, dest destination.Destination, h heldEvent, results chan<- written) {
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	started := time.Now()
-	endSpan := w.d.traceWrite(dest, e)
-	sendErr := w.d.sink(dest).Send(sendCtx, dest, msg)
+	endSpan := w.d.traceWrite(dest, h.entry)
+	err := w.d.sink(dest).Send(sendCtx, dest, h.msg)
 	cancel()
+	results <- written{held: h, err: err, took: time.Since(started), endSpan: endSpan}
+}
+
+// written is one write's end, as send hands it to the pass.
+type written struct {
+	held    heldEvent
+	err     error
+	took    time.Duration
+	endSpan func(outcome, message string)
+}
+
+// ended records a write's outcome. Delivered: the outcome goes to Redis behind the
+// writes (committer.go). Rejected ends the message and is committed before anything
+// else starts: the count of rejections in a row (in the order writes end) decides
+// whether anything does. Not taken is committed too (the card shows it; it never
+// counts) and the event waits out its backoff before every later event of its key.
+func (w *worker) ended(ctx context.Context, dest destination.Destination, r written) error {
 	w.endWrite()
-	outcome := failures.Classify(sendErr)
-	endSpan(string(outcome.Class), outcome.Message)
-	w.d.opts.Metrics.observe(dest, outcome.Class, time.Since(started), time.Since(arrived))
+	ww, e := w.ww, r.held.entry
+	outcome := failures.Classify(r.err)
+	r.endSpan(string(outcome.Class), outcome.Message)
+	w.d.opts.Metrics.observe(dest, outcome.Class, r.took, time.Since(store.EntryTime(e.ID)))
 	// A delivery is logged at debug (the attempt log and the metrics have it: a line per
 	// delivery would cost more than the delivery); every failure at info.
 	level := slog.LevelInfo
@@ -321,50 +413,100 @@ func (w *worker) deliver(ctx context.Context, dest destination.Destination, e st
 		level = slog.LevelDebug
 	}
 	w.d.opts.Logger.Log(ctx, level, "delivery attempt", "destination", dest.ID, "event_id", e.EventID,
-		"class", string(outcome.Class), "code", failures.Code(sendErr), "message", outcome.Message)
-	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: msg.ID, Message: outcome.Message, Cursor: e.ID}
+		"class", string(outcome.Class), "code", failures.Code(r.err), "message", outcome.Message)
+	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: r.held.msg.ID, Message: outcome.Message}
 	switch outcome.Class {
 	case failures.Delivered:
-		w.cursor = e.ID
-		return w.commitBehind(ctx, c)
+		ww.win.Finish(e.ID, true)
+		delete(ww.held, e.ID)
+		return w.commitBehind(ctx, w.settled(c))
 	case failures.Rejected:
-		res, err := w.commitNow(ctx, c)
-		if err != nil {
-			return err
-		}
-		w.cursor = e.ID
-		return w.stopAfter(res, e.ID)
+		ww.win.Finish(e.ID, false)
+		delete(ww.held, e.ID)
+		return w.commitEnded(ctx, w.settled(c))
 	}
-	c.Cursor = "" // not taken: the message is sent again
+	ww.win.NotTaken(e.ID, w.d.opts.Now().Add(w.notTakenWait(e.ID, r.err)))
+	return w.commitEnded(ctx, w.settled(c))
+}
+
+// notTakenWait is how long a not-taken event waits before its next write: what the
+// sink said (a spent STS budget, a session backoff), or the backoff doubling from
+// not_taken_backoff.initial to its max, with jitter.
+func (w *worker) notTakenWait(id string, sendErr error) time.Duration {
+	if until := failures.Wait(sendErr); until > 0 {
+		return until
+	}
+	cfg := w.d.opts.Delivery.NotTakenBackoff
+	wait := cfg.Initial
+	for range w.ww.win.Attempts(id) {
+		wait = min(2*wait, cfg.Max)
+	}
+	return wait/2 + rand.N(wait/2+1)
+}
+
+// expire ends an event that outlived delivery.max_message_age without being taken.
+func (w *worker) expire(ctx context.Context, h heldEvent) error {
+	cfg := w.d.opts.Delivery
+	w.ww.win.Finish(h.entry.ID, false)
+	delete(w.ww.held, h.entry.ID)
+	return w.commitEnded(ctx, w.settled(store.Commit{Kind: store.KindExpired, EventID: h.entry.EventID, MessageID: h.msg.ID,
+		Message: "the message outlived its age limit of " + cfg.MaxMessageAge.String() + " without being taken"}))
+}
+
+// drain waits for the writes in flight after the pass stopped, and records each: they
+// may have landed, and the card and the cursor must say so. Nothing new starts.
+func (w *worker) drain(ctx context.Context, dest destination.Destination) {
+	for w.ww.win.Writing() > 0 {
+		r := <-w.ww.results
+		w.ended(ctx, dest, r) // a stop or a lost lease is already what ends the pass
+	}
+}
+
+// settled fills c's cursor: the last event before the oldest unfinished one (every
+// event up to it ended), and, under state format 2, what ended after it.
+func (w *worker) settled(c store.Commit) store.Commit {
+	ww := w.ww
+	last, finished := ww.win.Settle()
+	if last != "" {
+		w.cursor = last
+	}
+	c.Cursor = w.cursor
+	if w.d.stateFormat() >= 2 {
+		c.Done = store.EncodeDone(w.epoch, w.cursor, finished)
+	}
+	ww.committed, ww.committedDone = c.Cursor, c.Done
+	return c
+}
+
+// commitSettled records a cursor that moved, or what ended past it, with no write to
+// carry it (events filtered out, or ended before a takeover).
+func (w *worker) commitSettled(ctx context.Context) error {
+	ww := w.ww
+	before, beforeDone := ww.committed, ww.committedDone
+	c := w.settled(store.Commit{Kind: store.KindSkip})
+	if c.Cursor == before && c.Done == beforeDone {
+		return nil
+	}
+	return w.commitBehind(ctx, c)
+}
+
+// commitEnded records an outcome that ended a message, or a write not taken, before
+// the next write, and stops the pass when the commit found the destination not active
+// or its cursor moved by hand (stopAfter).
+func (w *worker) commitEnded(ctx context.Context, c store.Commit) error {
 	res, err := w.commitNow(ctx, c)
 	if err != nil {
 		return err
 	}
-	if err := w.stopAfter(res, ""); err != nil {
-		return err // paused or disabled meanwhile: no retry
-	}
-	if until := failures.Wait(sendErr); until > 0 {
-		// The sink knows when the next attempt can be taken (a spent STS budget, a
-		// session backoff): wait exactly that, without doubling the backoff for it.
-		return w.hold(until)
-	}
-	wait := w.backoff
-	w.backoff = min(2*wait, cfg.NotTakenBackoff.Max)
-	return w.hold(wait/2 + rand.N(wait/2+1))
-}
-
-// hold keeps the message just not taken back for pause.
-func (w *worker) hold(pause time.Duration) idleFor {
-	w.holdUntil = w.d.opts.Now().Add(pause)
-	return idleFor{pause: pause}
+	return w.stopAfter(res, c.Cursor)
 }
 
 // stopAfter reports errStop when a commit found the destination not active, or its
-// cursor not at the message just ended: an activation meanwhile skipped the events that
-// arrived while it was stopped, or a replay moved it back, so the rest of the batch in
-// hand is stale and the state is read again.
-func (w *worker) stopAfter(res store.Committed, ended string) error {
-	if res.Status != store.Active || (ended != "" && res.Cursor != ended) {
+// cursor not where this holder put it: an activation meanwhile skipped the events that
+// arrived while it was stopped, or a replay moved it back, so what the window holds is
+// stale and the state is read again.
+func (w *worker) stopAfter(res store.Committed, cursor string) error {
+	if res.Status != store.Active || (cursor != "" && res.Cursor != cursor) {
 		w.markStale()
 		return errStop
 	}

@@ -36,6 +36,10 @@ type Commit struct {
 	// Epoch is State.Epoch as the worker read it ("": not checked). Under another (a
 	// replay or an activation moved the cursor since), the commit moves no cursor.
 	Epoch string
+	// Done is, from state format 2 on, what ended past Cursor (EncodeDone): written with
+	// the cursor, so a replica that takes over sends again only what was unfinished.
+	// "" under format 1, whose readers know only the cursor: nothing is written then.
+	Done string
 
 	DisableAfter int
 	// WarnAfter are the counts of rejections in a row at which destination.failing goes
@@ -99,7 +103,7 @@ local function commit_one()
   local disable_after, cutoff, attempts_cutoff = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
   local dest_id, is_test = ARGV[12], ARGV[13] == '1'
   local acct, connector, notice_id = ARGV[14], ARGV[15], ARGV[16]
-  local epoch, warn_after = ARGV[17], ARGV[18]
+  local epoch, warn_after, done = ARGV[17], ARGV[18], ARGV[19]
   -- One read of the hash, and its changes gathered in set / del, written by apply().
   local h = redis.call('HMGET', KEYS[1], 'lease_token', 'status', 'epoch', 'cursor', 'consecutive_failures',
     'last_failure', 'last_delivery', 'disabled', 'failing', 'pending', 'attempts', 'chart_minute', 'run', 'arun')
@@ -117,6 +121,12 @@ local function commit_one()
   if cursor ~= '' and same_epoch and id_after(cursor, stored_cursor or '0-0') then
     stored_cursor = cursor
     put('cursor', cursor)
+  end
+  -- State format 2: what ended past the cursor, named with the cursor it counts from
+  -- (a cursor moved by hand leaves it unread). Commits of one holder come in order, so
+  -- the last one at the stored cursor says the most.
+  if done ~= '' and same_epoch and cursor == stored_cursor then
+    put('done', done)
   end
   if kind == 'skip' then
     apply()
@@ -204,7 +214,7 @@ return r
 
 // commitKeys and commitArgs are how many keys and arguments one commit takes (the
 // bounds argument, last, apart).
-const commitKeys, commitArgs = 7, 18
+const commitKeys, commitArgs = 7, 19
 
 // commitBatchScript runs several commits of one account in one call: KEYS and ARGV are
 // theirs one after the other (commitKeys and commitArgs each), then the bounds. Each
@@ -215,10 +225,10 @@ local KEYS_IN, ARGV_IN = KEYS, ARGV
 local KEYS, ARGV = {}, {ARGV_IN[#ARGV_IN]}
 ` + luaPrelude + commitOne + `
 local out = {}
-for i = 0, (#ARGV_IN - 1) / 18 - 1 do
+for i = 0, (#ARGV_IN - 1) / 19 - 1 do
   for k = 1, 7 do KEYS[k] = KEYS_IN[i * 7 + k] end
-  for a = 1, 18 do ARGV[a] = ARGV_IN[i * 18 + a] end
-  ARGV[19] = ARGV_IN[#ARGV_IN]
+  for a = 1, 19 do ARGV[a] = ARGV_IN[i * 19 + a] end
+  ARGV[20] = ARGV_IN[#ARGV_IN]
   local r = commit_one()
   if type(r) == 'string' then r = {r} end
   out[#out + 1] = r
@@ -308,7 +318,7 @@ func (s *Store) commitCall(c Commit, now time.Time) ([]string, []any) {
 		strconv.FormatInt(c.Token, 10), c.Kind, c.Cursor, c.EventID, messageID, boundText(c.Message),
 		now.UnixMilli(), now.UTC().Format(time.RFC3339Nano), c.DisableAfter,
 		now.Add(-c.ChannelRetention).UnixMilli(), now.Add(-c.AttemptsRetention).UnixMilli(), c.ID, test,
-		c.Account, c.Connector, noticeID, c.Epoch, joinInts(c.WarnAfter),
+		c.Account, c.Connector, noticeID, c.Epoch, joinInts(c.WarnAfter), c.Done,
 	}
 }
 

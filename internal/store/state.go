@@ -82,6 +82,9 @@ type State struct {
 	// Control is the control version (ctlv): it grows with each change the lease holder
 	// must read (control.go), so a holder knows whether the state it holds is current.
 	Control int64
+	// Done is what ended past Cursor, as the last holder committed it (state format 2,
+	// DecodeDone; "" under format 1): a holder that takes over skips those.
+	Done string
 }
 
 // Ref names one destination and its account (the key hash tag). Connector is carried
@@ -116,7 +119,7 @@ func (s *Store) LoadState(ctx context.Context, r Ref) (State, error) {
 func stateFrom(h map[string]string) State {
 	st := State{
 		Status: h["status"], Cursor: h["cursor"], ExternalID: h["external_id"], Fingerprint: h["fingerprint"],
-		Epoch: h["epoch"], ReplayFrom: h["replay_from"],
+		Epoch: h["epoch"], ReplayFrom: h["replay_from"], Done: h["done"],
 	}
 	if ms, err := strconv.ParseInt(h["created_at"], 10, 64); err == nil {
 		st.CreatedAt = time.UnixMilli(ms).UTC()
