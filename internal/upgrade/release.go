@@ -37,7 +37,9 @@ func Releases(current string) []Release {
 	return []Release{
 		{Version: Unnumbered, Reads: []int{1}, Writes: []int{1}, Commit: "b01080b"},
 		{Version: "0.2.0", Previous: Unnumbered, Reads: []int{1}, Writes: []int{1}},
-		{Version: current, Previous: "0.2.0", Reads: []int{1}, Writes: []int{1}},
+		// 0.3.0: format 2 adds, beside a destination's cursor, what ended past it (the
+		// delivery window's writes end out of arrival order): store.Commit.Done.
+		{Version: current, Previous: "0.2.0", Reads: []int{1, 2}, Writes: []int{1, 2}},
 	}
 }
 
