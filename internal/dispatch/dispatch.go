@@ -1,5 +1,6 @@
-// Package dispatch delivers each account's events to its destinations: one ordered
-// worker per destination this replica holds a lease for, one write in flight at a time.
+// Package dispatch delivers each account's events to its destinations: one worker per
+// destination this replica holds a lease for, its writes in flight up to the
+// destination's window, each ordering key's in arrival order (windowed.go, package window).
 // A replica reads each account's log once for all its destinations (feed.go), learns
 // of state changes from a control stream read with it (wake.go), and commits outcomes
 // behind the writes (committer.go). It acts on what failures decides and never writes

@@ -1,6 +1,9 @@
 package dispatch
 
 import (
+	"context"
+	"time"
+
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/window"
@@ -66,4 +69,174 @@ func (ww *windowed) letGoIfEmpty(w *worker) {
 // activation), so reading starts again from the stored state.
 func (w *worker) forget(done []string) {
 	w.ww, w.doneAfter = nil, done
+}
+
+// deliverWindow writes the events past the cursor, as many at once as the window lets
+// (windowed.go decides which), and records each outcome as its write ends. It returns
+// idle when nothing is left to write, idleFor when what is left waits out a backoff or
+// the rate cap, and errStop (or the lease's error) when the destination stopped: then
+// no write starts any more, and those in flight finish and are recorded first.
+func (w *worker) deliverWindow(ctx context.Context, dest destination.Destination) (idle bool, err error) {
+	ww := w.windowed(dest)
+	defer ww.letGoIfEmpty(w)
+	ww.logEnd = false
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err = w.take(ctx, dest); err != nil {
+			break
+		}
+		var wait time.Duration
+		if wait, err = w.startWrites(ctx, dest); err != nil {
+			break
+		}
+		if ww.win.Writing() == 0 {
+			if err = w.commitSettled(ctx); err != nil {
+				break
+			}
+			if ww.win.Len() == 0 {
+				return true, nil
+			}
+			return false, idleFor{pause: max(wait, time.Millisecond)}
+		}
+		var tick <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tick = timer.C
+		}
+		select {
+		case r := <-ww.results:
+			err = w.ended(ctx, dest, r)
+		case <-tick:
+		case <-ctx.Done():
+			err = errStop
+		}
+		if err != nil {
+			break
+		}
+	}
+	w.drain(ctx, dest)
+	return false, err
+}
+
+// take takes the log's next events into the window, as far as its look-ahead allows:
+// from the account's entries this replica read for all its destinations, or, for a
+// destination behind them, from the log itself. An event the destination does not
+// want, or that ended before a takeover (state format 2), needs no write.
+func (w *worker) take(ctx context.Context, dest destination.Destination) error {
+	ww := w.ww
+	room := min(ww.win.Room(), readBatch)
+	if room <= 0 {
+		return nil
+	}
+	entries, ok := w.d.feedOf(w.dest.Account).after(ww.read, room)
+	if !ok {
+		if ww.logEnd || room < min(readBatch, ww.win.Ahead())/4 {
+			return nil // read more once more room is free: a round trip per batch, not per event
+		}
+		var err error
+		if entries, err = w.d.opts.Store.ReadLog(ctx, w.dest.Account, ww.read, int64(room)); err != nil {
+			w.log.Warn("cannot read the account log", "error", err)
+			return idleFor{pause: time.Second}
+		}
+		ww.logEnd = len(entries) < room
+	}
+	for _, e := range entries {
+		ww.read = e.ID
+		if !dest.Wants(e.Type) || ww.skip[e.ID] {
+			delete(ww.skip, e.ID)
+			ww.win.Add(e.ID, "")
+			ww.win.Finish(e.ID, false)
+			continue
+		}
+		msg := w.d.message(dest, e)
+		ww.win.Add(e.ID, orderingKey(msg))
+		ww.held[e.ID] = heldEvent{entry: e, msg: msg}
+	}
+	return nil
+}
+
+// orderingKey is the key the bus orders by (Kinesis PartitionKey, Pub/Sub ordering_key):
+// the event's store id, else the account id. Events of one key are written one at a time.
+func orderingKey(m destination.Message) string {
+	if m.StoreID != "" {
+		return m.StoreID
+	}
+	return m.Account
+}
+
+// startWrites starts every write the window lets go now, each behind the write fence
+// (startWrite). wait is how long until a held event's backoff or the rate cap lets the
+// next one go (zero: only a write ending makes room).
+func (w *worker) startWrites(ctx context.Context, dest destination.Destination) (wait time.Duration, err error) {
+	ww := w.ww
+	cfg := w.d.opts.Delivery
+	for {
+		now := w.d.opts.Now()
+		id, ok, wait := ww.win.Next(now)
+		if !ok {
+			return wait, nil
+		}
+		h := ww.held[id]
+		if now.Sub(store.EntryTime(id)) > cfg.MaxMessageAge {
+			if err := w.expire(ctx, h); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		w.commits.room(cfg.UncommittedMax)
+		if ctx.Err() != nil || !w.startWrite() {
+			ww.win.Unstart(id)
+			if ctx.Err() == nil {
+				w.log.Info("write not started: the destination changed", "event_id", h.entry.EventID)
+			}
+			return 0, errStop
+		}
+		go w.send(ctx, dest, h, ww.results)
+	}
+}
+
+// drain waits for the writes in flight after the pass stopped, and records each: they
+// may have landed, and the card and the cursor must say so. Nothing new starts.
+func (w *worker) drain(ctx context.Context, dest destination.Destination) {
+	for w.ww.win.Writing() > 0 {
+		r := <-w.ww.results
+		w.ended(ctx, dest, r) // a stop or a lost lease is already what ends the pass
+	}
+}
+
+// settled fills c's cursor: the last event before the oldest unfinished one (every
+// event up to it ended), and, under state format 2, what ended after it.
+func (w *worker) settled(c store.Commit) store.Commit {
+	ww := w.ww
+	last, finished := ww.win.Settle()
+	if last != "" {
+		w.cursor = last
+	}
+	c.Cursor = w.cursor
+	if w.d.stateFormat() >= 2 {
+		c.Done = store.EncodeDone(w.epoch, w.cursor, finished)
+	}
+	ww.committed, ww.committedDone = c.Cursor, c.Done
+	return c
+}
+
+// commitSettled records a cursor that moved, or what ended past it, with no write to
+// carry it (events filtered out, or ended before a takeover).
+func (w *worker) commitSettled(ctx context.Context) error {
+	ww := w.ww
+	before, beforeDone := ww.committed, ww.committedDone
+	c := w.settled(store.Commit{Kind: store.KindSkip})
+	if c.Cursor == before && c.Done == beforeDone {
+		return nil
+	}
+	return w.commitBehind(ctx, c)
 }
