@@ -18,6 +18,10 @@
 //	GET  /arrived                                      everything each bus took so far, in order
 //	GET  /arrived?view=text                            the same, one line per event, for people
 //
+// With --latency (or $SANDBOX_LATENCY), the buses answer late, as a customer's bus in
+// another region would: "100ms" for all three, or "eventbridge=100ms,kinesis=20ms,pubsub=250ms"
+// for each (latency.go). The admin API and STS always answer at once.
+//
 // It prints its addresses on start and stops on SIGINT or SIGTERM. Nothing is stored: a
 // new sandbox starts empty.
 //

@@ -39,6 +39,8 @@ type options struct {
 	sts, events, kinesis, admin string // listen addresses, loopback only
 	pubsubPort                  int
 	kinesalite                  string // upstream endpoint; "" serves no Kinesis
+	latency                     string // --latency, read into buses by check
+	buses                       busLatency
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -52,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&o.kinesis, "kinesis", "127.0.0.1:24585", "listen address of the Kinesis front (aws.endpoints.kinesis); used with --kinesalite")
 	fs.StringVar(&o.kinesalite, "kinesalite", getenv("SANDBOX_KINESALITE"),
 		"endpoint of a running kinesalite, http://127.0.0.1:PORT (default $SANDBOX_KINESALITE); empty: no Kinesis")
+	fs.StringVar(&o.latency, "latency", getenv("SANDBOX_LATENCY"),
+		"how late the buses answer, as one in another region would (default $SANDBOX_LATENCY): 100ms for every bus, or eventbridge=100ms,kinesis=20ms,pubsub=250ms; a bus not named answers at once (a delay proxy in front of each late bus; STS and the admin API never late)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: sandbox [flags]\n\nLocal STS, EventBridge, Pub/Sub and a Kinesis front on 127.0.0.1, with an admin API:\n"+
 			"POST /trust, POST /topics, POST /streams, GET /arrived. Stops on SIGINT or SIGTERM.\n\n")
@@ -68,6 +72,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err := o.check(); err != nil {
 		return err
+	}
+	var err error
+	if o.buses, err = parseLatency(o.latency); err != nil {
+		return err
+	}
+	if _, ok := o.buses[busKinesis]; ok && o.kinesalite == "" && strings.Contains(strings.ToLower(o.latency), busKinesis) {
+		return fmt.Errorf("--latency %q: Kinesis is served only with --kinesalite", o.latency)
 	}
 	return serve(ctx, o, &lockedWriter{w: stdout})
 }
@@ -137,6 +148,7 @@ func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 	type server struct {
 		name string
 		ln   net.Listener
+		at   string // the address clients are told: a delay proxy's when the bus answers late
 		srv  *http.Server
 	}
 	var servers []server
@@ -145,12 +157,15 @@ func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 			sv.ln.Close()
 		}
 	}()
+	var late fronts // --latency's proxies, closed before the servers' listeners
+	defer late.close()
+	bus := map[string]string{"events": busEventBridge, "kinesis": busKinesis} // the others are never late
 	listen := func(name, addr string, h http.Handler) error {
-		ln, err := net.Listen("tcp", addr)
+		ln, at, err := late.listen(o.buses, bus[name], addr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		servers = append(servers, server{name, ln, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}})
+		servers = append(servers, server{name, ln, at, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}})
 		return nil
 	}
 	if err := listen("sts", o.sts, s.sts); err != nil {
@@ -174,10 +189,20 @@ func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 		return err
 	}
 
-	if s.ps, err = startPubSub(o.pubsubPort); err != nil {
+	psPort := o.pubsubPort
+	if o.buses[busPubSub] > 0 {
+		psPort = 0 // the proxy takes --pubsub-port
+	}
+	if s.ps, err = startPubSub(psPort); err != nil {
 		return err
 	}
 	defer s.ps.Close()
+	psAt := s.ps.Addr // the sandbox's own clients call pstest directly, never late
+	if d := o.buses[busPubSub]; d > 0 {
+		if psAt, err = late.front(busPubSub, net.JoinHostPort("127.0.0.1", strconv.Itoa(o.pubsubPort)), s.ps.Addr, d); err != nil {
+			return err
+		}
+	}
 	conn := []option.ClientOption{
 		option.WithEndpoint(s.ps.Addr), option.WithoutAuthentication(), option.WithTelemetryDisabled(),
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
@@ -201,13 +226,13 @@ func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 	}
 	addr := map[string]string{}
 	for _, sv := range servers {
-		addr[sv.name] = sv.ln.Addr().String()
+		addr[sv.name] = sv.at
 	}
 	out.printf("STS          http://%s   AssumeRole; a role trusts nobody until POST /trust", addr["sts"])
-	out.printf("EventBridge  http://%s   PutEvents, signed with a live STS session", addr["events"])
-	out.printf("Pub/Sub      %s          pstest, plain gRPC", s.ps.Addr)
+	out.printf("EventBridge  http://%s   PutEvents, signed with a live STS session%s", addr["events"], o.buses.note(busEventBridge))
+	out.printf("Pub/Sub      %s          pstest, plain gRPC%s", psAt, o.buses.note(busPubSub))
 	if s.kin != nil {
-		out.printf("Kinesis      http://%s   PutRecord with a live STS session, onto kinesalite at %s", addr["kinesis"], o.kinesalite)
+		out.printf("Kinesis      http://%s   PutRecord with a live STS session, onto kinesalite at %s%s", addr["kinesis"], o.kinesalite, o.buses.note(busKinesis))
 	} else {
 		out.printf("Kinesis      none (no --kinesalite)")
 	}

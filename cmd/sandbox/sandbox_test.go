@@ -58,7 +58,7 @@ type box struct {
 	out                                 *syncBuffer
 }
 
-func start(t *testing.T, kinesalite string) *box {
+func start(t *testing.T, kinesalite string, flags ...string) *box {
 	t.Helper()
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(testpeer.FreePort(t)) }
 	b := &box{sts: port(), events: port(), kinesis: port(), admin: port(), out: &syncBuffer{}}
@@ -66,6 +66,7 @@ func start(t *testing.T, kinesalite string) *box {
 	b.pubsub = "127.0.0.1:" + strconv.Itoa(psPort)
 	args := []string{"--sts", b.sts, "--events", b.events, "--admin", b.admin, "--kinesis", b.kinesis,
 		"--pubsub-port", strconv.Itoa(psPort), "--kinesalite", kinesalite}
+	args = append(args, flags...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, func(string) string { return "" }, b.out, io.Discard) }()
