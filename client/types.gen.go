@@ -1105,7 +1105,10 @@ type ReplayDestination200JSONResponseBody struct {
 
 // SubscribeManyParams defines parameters for SubscribeMany.
 type SubscribeManyParams struct {
-	// Channel A channel name, optionally followed by a space and the sequence to resume after.
+	// Channel A channel name, optionally followed by a space and the sequence to resume after
+	// (`destination:orders-bus 41`). In the query the space is written `+` or `%20`
+	// (`channel=destination:orders-bus+41`); `%2B` is a plus sign, which ids may hold,
+	// so it is part of the name.
 	Channel []string `form:"channel" json:"channel"`
 }
 

@@ -244,7 +244,11 @@ destinations:
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
-	if a := httpDo(t, "GET", base+"/metrics", ""); a.status != 404 {
+	// Not a route on api.listen: checked like one that takes a token (401), then 404.
+	if a := httpDo(t, "GET", base+"/metrics", ""); a.status != 401 {
+		t.Errorf("/metrics on api.listen without a token: %d, want 401 (it is not a route there)", a.status)
+	}
+	if a := httpDo(t, "GET", base+"/metrics", tokenA); a.status != 404 {
 		t.Errorf("/metrics on api.listen: %d, want 404 (it is served on api.metrics_listen only)", a.status)
 	}
 	if a := httpDo(t, "GET", "http://"+metricsListen+"/healthz", ""); a.status != 200 {

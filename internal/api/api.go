@@ -94,7 +94,7 @@ type Server struct {
 	cfg      atomic.Pointer[config.Config]   // the file as last loaded: what a new destination is checked against
 	starting atomic.Pointer[string]          // why the replica does not serve yet (Starting); nil once Started
 	limits   atomic.Pointer[config.API]      // subscription caps and action rates; Reload replaces them
-	mux      *http.ServeMux
+	mux      http.Handler                    // the routes, behind cleanPaths (routes)
 
 	httpLimits config.HTTPLimits // timeouts, body, connection and request caps: read once in New
 	requests   requests          // requests in progress per token and account
@@ -153,8 +153,9 @@ func (s *Server) MetricsHandler() http.Handler {
 	m.HandleFunc("GET /healthz", s.healthz)
 	m.HandleFunc("GET /readyz", s.readyz)
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	// No token on this listener: a path that is not a route is a 404 straight away.
 	m.HandleFunc("/", notFound)
-	return s.checkHost(s.limitRequests(m), true)
+	return s.checkHost(s.limitRequests(cleanPaths(m, http.HandlerFunc(notFound))), true)
 }
 
 // Reload takes a new config's tokens, accounts and identity (the destinations come
@@ -229,8 +230,13 @@ func (s *Server) routes() {
 		s.consoleRoutes(m)
 	}
 
-	m.HandleFunc("/", notFound)
-	s.mux = m
+	// A path that is not a route, or one the ServeMux would redirect to its cleaned form
+	// (cleanPaths), is a 404 after the token is checked, never a redirect. No pattern but
+	// "/" is a subtree (the console's are exact), so the ServeMux never redirects "/x" to
+	// "/x/" either.
+	unrouted := s.authed(s.noRoute)
+	m.Handle("/", unrouted)
+	s.mux = cleanPaths(m, unrouted)
 }
 
 func notFound(w http.ResponseWriter, r *http.Request) {

@@ -153,7 +153,9 @@ func TestEveryRouteAnswersEachScopeAndErrorAsTheContractSays(t *testing.T) {
 		{"unknown route", "GET", "/v2/whatever", admin, "", 404, "NOT_FOUND"},
 		{"healthz needs no token", "GET", "/healthz", "", "", 200, ""},
 		{"readyz needs no token", "GET", "/readyz", "", "", 200, ""},
-		{"no metrics on the API listener", "GET", "/metrics", "", "", 404, "NOT_FOUND"},
+		{"unknown route without a token", "GET", "/v2/whatever", "", "", 401, "UNAUTHENTICATED"},
+		{"no metrics on the API listener", "GET", "/metrics", admin, "", 404, "NOT_FOUND"},
+		{"no metrics on the API listener, nor without a token", "GET", "/metrics", "", "", 401, "UNAUTHENTICATED"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

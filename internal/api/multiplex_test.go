@@ -179,3 +179,54 @@ func TestAReloadThatRemovesOneOfItsChannelsEndsTheMultiplexedSubscription(t *tes
 		t.Fatal("the subscription is still open after its token lost the account")
 	}
 }
+
+// TestAMultiplexedSequenceFollowsTheNameAfterASpaceAndPercent2BIsPartOfTheName: docs/api.md
+// writes channel=<name>[+<sequence>], the document a space; both say the same: the "+"
+// is the query's space, and "%20" is too. "%2B" is a plus sign, which ids may hold
+// (orders+eu), so it is part of the name; a refusal of a name ending "+<digits>" says to
+// write a space instead.
+func TestAMultiplexedSequenceFollowsTheNameAfterASpaceAndPercent2BIsPartOfTheName(t *testing.T) {
+	r := apitest.New(t, apitest.Options{Config: func(c *config.Config) {
+		eu := apitest.Destinations()[0]
+		eu.ID, eu.BusARN = "orders+eu", "arn:aws:events:eu-west-1:111122223333:event-bus/orders"
+		c.Destinations = append(c.Destinations, eu)
+	}})
+	bus := r.URL + fmt.Sprintf(dests, "eventbridge") + "/orders-bus"
+	call(t, "POST", bus+"/pause", apitest.AdminToken, "")    // orders-bus 1
+	call(t, "POST", bus+"/activate", apitest.AdminToken, "") // orders-bus 2
+	for _, q := range []string{"channel=destination:orders-bus+1", "channel=destination:orders-bus%201", "channel=destination%3Aorders-bus+1"} {
+		s := subscribe(t, r.URL+"/v1/streams/subscribe?"+q, apitest.Acct1Token, "")
+		if f := s.nextEvent(t); f.id != "destination:orders-bus 2" {
+			t.Errorf("?%s: first frame %s, want destination:orders-bus 2 (resumed after 1)", q, f.id)
+		}
+	}
+
+	eu := r.URL + fmt.Sprintf(dests, "eventbridge") + "/orders+eu"
+	if a := call(t, "POST", eu+"/pause", apitest.AdminToken, ""); a.status != 200 { // orders+eu 1
+		t.Fatalf("pause orders+eu: %d %s", a.status, a.body)
+	}
+	for _, q := range []string{"channel=destination:orders%2Beu+0", "channel=destination:orders%2Beu%200", "channel=destination:orders%2Beu&channel=destination:orders-bus+1"} {
+		s := subscribe(t, r.URL+"/v1/streams/subscribe?"+q, apitest.Acct1Token, "")
+		want := "destination:orders+eu 1"
+		if !strings.Contains(q, "+0") && !strings.Contains(q, "%200") {
+			want = "destination:orders-bus 2" // orders+eu from now: nothing yet
+		}
+		if f := s.nextEvent(t); f.id != want {
+			t.Errorf("?%s: first frame %s, want %s", q, f.id, want)
+		}
+	}
+
+	for token, want := range map[string]struct {
+		status int
+		code   string
+	}{apitest.AdminToken: {404, "NOT_FOUND"}, apitest.Acct1Token: {403, "ACCESS_REVOKED"}} {
+		a := call(t, "GET", r.URL+"/v1/streams/subscribe?channel=destination:orders-bus%2B1", token, "")
+		if a.status != want.status || a.errorCode(t) != want.code || !strings.Contains(a.errorMessage(t), `after a space, written "+" or "%20"`) {
+			t.Errorf("a sequence written %%2B, to %s: %d %s; want %d %s saying to write a space", token, a.status, a.body, want.status, want.code)
+		}
+	}
+	if a := call(t, "GET", r.URL+"/v1/streams/subscribe?channel=destination:orders-bus+x", apitest.Acct1Token, ""); a.status != 400 ||
+		!strings.Contains(a.errorMessage(t), "a whole number") {
+		t.Errorf("a sequence that is not a number: %d %s", a.status, a.body)
+	}
+}

@@ -205,10 +205,14 @@ func TestConcurrentRequestsPastTheTokenOrAccountCapAre429(t *testing.T) {
 }
 
 // /metrics names every account and destination: it is served on the operator listener
-// only, where it takes no token, and the API's listener answers 404 for it.
+// only, where it takes no token; on the API's listener it is not a route (401 without a
+// token, 404 with one).
 func TestMetricsAreOnTheOperatorListenerOnlyAndHealthOnBoth(t *testing.T) {
 	r := apitest.New(t, apitest.Options{Registry: prometheus.NewRegistry()})
-	for _, token := range []string{"", apitest.Acct1Token, apitest.AdminToken} {
+	if a := call(t, "GET", r.URL+"/metrics", "", ""); a.status != 401 || a.errorCode(t) != "UNAUTHENTICATED" {
+		t.Fatalf("/metrics on the API listener without a token: %d %s, want 401 UNAUTHENTICATED", a.status, a.body)
+	}
+	for _, token := range []string{apitest.Acct1Token, apitest.AdminToken} {
 		if a := call(t, "GET", r.URL+"/metrics", token, ""); a.status != 404 || a.errorCode(t) != "NOT_FOUND" {
 			t.Fatalf("/metrics on the API listener (token %t): %d %s, want 404 NOT_FOUND", token != "", a.status, a.body)
 		}

@@ -123,7 +123,8 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request, p principal) 
 // and answering as it does for the first it refuses. A sequence after the name resumes
 // that channel after it (the frame ids read "<channel> <sequence>"); without one the
 // channel starts at its current sequence. Last-Event-ID is not read: one id cannot say
-// where each channel was.
+// where each channel was. The space is written "+" or "%20" in the query; "%2B" is a
+// plus sign, which ids may hold (config's idPattern), so it is part of the name.
 func (s *Server) subscribeMany(w http.ResponseWriter, r *http.Request, p principal) {
 	values := r.URL.Query()["channel"]
 	switch {
@@ -137,14 +138,10 @@ func (s *Server) subscribeMany(w http.ResponseWriter, r *http.Request, p princip
 	starts := make([]stream.Start, 0, len(values))
 	seen := map[string]bool{}
 	for _, v := range values {
-		name, after := v, int64(-1)
-		if n, seq, ok := strings.Cut(v, " "); ok {
-			parsed, err := strconv.ParseInt(seq, 10, 64)
-			if err != nil || parsed < 0 {
-				writeError(w, errInvalid("channel "+strconv.Quote(v)+": after the name comes the sequence to resume after, a whole number"))
-				return
-			}
-			name, after = n, parsed
+		name, after, e := channelAfter(v)
+		if e != nil {
+			writeError(w, e)
+			return
 		}
 		if seen[name] {
 			writeError(w, errInvalid("channel "+strconv.Quote(name)+" is named twice"))
@@ -153,12 +150,47 @@ func (s *Server) subscribeMany(w http.ResponseWriter, r *http.Request, p princip
 		seen[name] = true
 		ch, e := s.resolveChannel(p, name)
 		if e != nil {
+			if after < 0 && plusSequence(name) {
+				e.message += " (" + spaceBeforeSequence + ")"
+			}
 			writeError(w, e)
 			return
 		}
 		starts = append(starts, stream.Start{Channel: ch, After: after})
 	}
 	s.stream(w, r, p, starts, true)
+}
+
+// spaceBeforeSequence says how a sequence follows a channel's name in the query.
+const spaceBeforeSequence = `the sequence to resume after follows the name after a space, written "+" or "%20" in the query; "%2B" is a plus sign, part of the name`
+
+// channelAfter reads one channel value of subscribeMany: the name, and the sequence to
+// resume after when a space follows the name (-1 without one).
+func channelAfter(v string) (name string, after int64, e *apiError) {
+	name, seq, ok := strings.Cut(v, " ")
+	if !ok {
+		return v, -1, nil
+	}
+	after, err := strconv.ParseInt(seq, 10, 64)
+	if err != nil || after < 0 {
+		return "", 0, errInvalid("channel " + strconv.Quote(v) + ": " + spaceBeforeSequence + ", a whole number")
+	}
+	return name, after, nil
+}
+
+// plusSequence reports whether name ends in "+<digits>": most likely a sequence written
+// "%2B" in the query, which a refusal of that name then points out.
+func plusSequence(name string) bool {
+	i := strings.LastIndexByte(name, '+')
+	if i < 0 || i == len(name)-1 {
+		return false
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // stream counts a subscription in and streams its channels until the client goes, the

@@ -56,6 +56,17 @@ func New(opts Options) http.Handler {
 			http.NotFound(w, r)
 			return
 		}
+		if r.URL.Path == Prefix+"index.html" {
+			// The page itself, as at Prefix: http.FileServer would redirect it to "./".
+			r = atPrefix(r)
+		}
 		fileServer.ServeHTTP(w, r)
 	})
+}
+
+// atPrefix is r asking for Prefix, the page.
+func atPrefix(r *http.Request) *http.Request {
+	r2 := r.Clone(r.Context())
+	r2.URL.Path, r2.URL.RawPath = Prefix, ""
+	return r2
 }

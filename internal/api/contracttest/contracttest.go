@@ -44,9 +44,10 @@ type Checker struct {
 }
 
 var (
-	loadOnce sync.Once
-	loaded   *openapi3.T
-	loadErr  error
+	loadOnce  sync.Once
+	loaded    *openapi3.T
+	notARoute *openapi3.Responses // the document's x-not-a-route: what a path that is not a route answers
+	loadErr   error
 )
 
 // Document is the API's OpenAPI document, loaded and validated once per test binary.
@@ -70,6 +71,9 @@ func Document() (*openapi3.T, error) {
 			// the real examples, and must still load.
 			loadErr = loaded.Validate(context.Background(), openapi3.DisableExamplesValidation())
 		}
+		if loadErr == nil {
+			notARoute, loadErr = unroutedAnswers(loaded)
+		}
 		if loadErr != nil {
 			loadErr = fmt.Errorf("the OpenAPI document: %w", loadErr)
 			return
@@ -84,6 +88,39 @@ func Document() (*openapi3.T, error) {
 		}
 	})
 	return loaded, loadErr
+}
+
+// NotARoute is the extension of the document's root that lists what a request answers
+// whose path is none of the document's paths (OpenAPI has no path that stands for every
+// other): {"description", "responses": {status: {"$ref": "#/components/responses/…"}}}.
+const NotARoute = "x-not-a-route"
+
+// unroutedAnswers reads doc's NotARoute responses, each a reference to one of its
+// components' responses.
+func unroutedAnswers(doc *openapi3.T) (*openapi3.Responses, error) {
+	ext, ok := doc.Extensions[NotARoute]
+	if !ok {
+		return nil, errors.New("no " + NotARoute + ": what a path that is not a route answers")
+	}
+	raw, err := json.Marshal(ext)
+	if err != nil {
+		return nil, err
+	}
+	var x struct {
+		Responses *openapi3.Responses `json:"responses"`
+	}
+	if err := json.Unmarshal(raw, &x); err != nil || x.Responses == nil || x.Responses.Len() == 0 {
+		return nil, fmt.Errorf("%s has no responses (%v)", NotARoute, err)
+	}
+	for status, ref := range x.Responses.Map() {
+		name, ok := strings.CutPrefix(ref.Ref, "#/components/responses/")
+		component := doc.Components.Responses[name]
+		if !ok || component == nil {
+			return nil, fmt.Errorf("%s %s: %q is none of the document's responses", NotARoute, status, ref.Ref)
+		}
+		ref.Value = component.Value
+	}
+	return x.Responses, nil
 }
 
 // New returns a Checker that reports to t when t's cleanups run: register it before
@@ -187,11 +224,13 @@ func (c *Checker) checkAnswer(r *http.Request, route *routers.Route, input *open
 	status := rec.status
 	switch {
 	case routeErr != nil:
-		// An undocumented route may only be refused as one: 404 NOT_FOUND.
-		if status != http.StatusNotFound || !isError(rec.body.Bytes(), "NOT_FOUND") {
-			c.fail(r, status, "the route is not in the document (%v)", routeErr)
+		// A path that is not a route answers what the document's NotARoute lists, and a
+		// 404 is the contract's NOT_FOUND.
+		if status == http.StatusNotFound && !isError(rec.body.Bytes(), "NOT_FOUND") {
+			c.fail(r, status, "a path that is not a route (%v) answers 404 without NOT_FOUND", routeErr)
 		}
-		return
+		route = &routers.Route{Spec: c.doc, Path: r.URL.Path, Method: r.Method, Operation: &openapi3.Operation{Responses: notARoute}}
+		input = &openapi3filter.RequestValidationInput{Request: r, Route: route}
 	case reqErr != nil && status/100 == 2:
 		c.fail(r, status, "the request does not match the document, yet the relay took it: %v", reqErr)
 	}
@@ -200,16 +239,46 @@ func (c *Checker) checkAnswer(r *http.Request, route *routers.Route, input *open
 			c.fail(r, status, "an event-stream frame: %s", p)
 		}
 	}
-	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: input, Status: status, Header: rec.header,
-		Body:    io.NopCloser(bytes.NewReader(rec.body.Bytes())),
-		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true, ExcludeResponseBody: rec.sse}}
-	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+	if err := validateAnswer(input, status, rec); err != nil {
 		c.fail(r, status, "%v\nbody: %.400s", err, rec.body.String())
 	}
 	if status == http.StatusTooManyRequests && rec.header.Get("Retry-After") == "" && !retryAfterless(rec.body.Bytes()) {
 		c.fail(r, status, "429 without Retry-After")
 	}
-	c.example(route, status, rec)
+	if routeErr == nil {
+		c.example(route, status, rec)
+	}
+}
+
+// validateAnswer checks an answer against the document's response for its status. A
+// response the document gives no content has no body. openapi3filter passes a redirect
+// (301, 307, 308) or a 304 without a look, so those are checked as a 200 of the same
+// documented response would be: listed, with its headers (a redirect's Location).
+func validateAnswer(input *openapi3filter.RequestValidationInput, status int, rec *recorder) error {
+	responses := input.Route.Operation.Responses
+	ref := responses.Status(status)
+	if ref == nil {
+		ref = responses.Default()
+	}
+	if ref == nil || ref.Value == nil {
+		return fmt.Errorf("status %d is not in the document", status)
+	}
+	if len(ref.Value.Content) == 0 && rec.body.Len() > 0 {
+		return fmt.Errorf("the document gives %d no body, yet it has one", status)
+	}
+	switch status {
+	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusNotModified:
+		route, op := *input.Route, *input.Route.Operation
+		op.Responses = openapi3.NewResponses(openapi3.WithStatus(http.StatusOK, ref))
+		route.Operation = &op
+		as200 := *input
+		as200.Route = &route
+		input, status = &as200, http.StatusOK
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: input, Status: status, Header: rec.header,
+		Body:    io.NopCloser(bytes.NewReader(rec.body.Bytes())),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true, ExcludeResponseBody: rec.sse}}
+	return openapi3filter.ValidateResponse(context.Background(), out)
 }
 
 // unansweredKey marks, in a proxied request's context, that the relay gave no answer.

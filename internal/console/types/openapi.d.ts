@@ -74,9 +74,10 @@ export interface paths {
         };
         /**
          * Prometheus metrics (operator listener only)
-         * @description Served on `api.metrics_listen` only; the API's listener answers 404. It names every
-         *     account and destination, so that listener must be private. A `Host` that is not
-         *     an IP address nor in `api.allowed_hosts` (when set) answers 403.
+         * @description Served on `api.metrics_listen` only; on the API's listener it is not a route (401
+         *     without a valid token, 404 with one). It names every account and destination, so
+         *     that listener must be private. A `Host` that is not an IP address nor in
+         *     `api.allowed_hosts` (when set) answers 403.
          */
         get: operations["metrics"];
         put?: never;
@@ -114,7 +115,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One of the console's files (scripts, styles) */
+        /**
+         * One of the console's files (scripts, styles)
+         * @description `index.html` is the page itself, answered as `/console/` answers it (not a
+         *     redirect). A path deeper than one file is not a route.
+         */
         get: operations["consoleFile"];
         put?: never;
         post?: never;
@@ -131,7 +136,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Redirects to /console/ */
+        /**
+         * Redirects to /console/
+         * @description The page names its files relative to `/console/`, so it is served there only.
+         *     301 with `Location: /console/` and no body; the query is not carried over.
+         */
         get: operations["consoleRedirect"];
         put?: never;
         post?: never;
@@ -1385,7 +1394,7 @@ export interface operations {
                      *       "openapi": "3.1.0",
                      *       "info": {
                      *         "title": "relay API",
-                     *         "version": "0.2.0"
+                     *         "version": "0.3.0"
                      *       }
                      *     }
                      */
@@ -1489,6 +1498,7 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
         };
@@ -1573,11 +1583,11 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description To `/console/`. */
+            /** @description To `/console/`, with no body. */
             301: {
                 headers: {
                     /** @description /console/ */
-                    Location?: string;
+                    Location: "/console/";
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3253,7 +3263,12 @@ export interface operations {
     subscribeMany: {
         parameters: {
             query: {
-                /** @description A channel name, optionally followed by a space and the sequence to resume after. */
+                /**
+                 * @description A channel name, optionally followed by a space and the sequence to resume after
+                 *     (`destination:orders-bus 41`). In the query the space is written `+` or `%20`
+                 *     (`channel=destination:orders-bus+41`); `%2B` is a plus sign, which ids may hold,
+                 *     so it is part of the name.
+                 */
                 channel: string[];
             };
             header?: never;
