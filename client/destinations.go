@@ -130,10 +130,16 @@ func (c *Client) CreateDestination(ctx context.Context, connector Connector, bod
 	return out, c.do(ctx, cl, &out)
 }
 
-// ChangeDestination changes the role, KMS key or event filter of a destination the API made.
-func (c *Client) ChangeDestination(ctx context.Context, r Ref, body DestinationChange) (Card, error) {
+// ChangeDestination changes the role, KMS key, event filter, window or rate cap of a
+// destination the API made. Each field named in null (FieldInFlight, FieldMaxRate) is
+// sent as null, which sets it back: the relay's default window, no rate cap.
+func (c *Client) ChangeDestination(ctx context.Context, r Ref, body DestinationChange, null ...string) (Card, error) {
+	sent, err := withNulls(body, null)
+	if err != nil {
+		return Card{}, err
+	}
 	var out Card
-	return out, c.do(ctx, call{method: http.MethodPatch, path: r.path(), body: body}, &out)
+	return out, c.do(ctx, call{method: http.MethodPatch, path: r.path(), body: sent}, &out)
 }
 
 // DeleteDestination deletes a destination the API made, on every replica.

@@ -438,15 +438,21 @@ type CardFields struct {
 	Events []string `json:"events"`
 
 	// ExternalID The AWS ExternalId; null for Pub/Sub.
-	ExternalID   *string   `json:"external_id"`
-	Failing      *Failing  `json:"failing"`
-	ID           string    `json:"id"`
+	ExternalID *string  `json:"external_id"`
+	Failing    *Failing `json:"failing"`
+	ID         string   `json:"id"`
+
+	// InFlight Its window as it applies (its own, else the relay's delivery.in_flight): how many writes may be in flight at once. Events of one ordering key (the store id, else the account id) are written one at a time, in arrival order; 1 writes everything in arrival order.
+	InFlight     int       `json:"in_flight"`
 	Lag          *Lag      `json:"lag,omitempty"`
 	LastDelivery *Delivery `json:"last_delivery"`
 	LastFailure  *Failure  `json:"last_failure"`
 
 	// ManagedBy Where it is defined: config (the file; read-only through the API) or api.
-	ManagedBy      ManagedBy     `json:"managed_by"`
+	ManagedBy ManagedBy `json:"managed_by"`
+
+	// MaxRate Its cap on writes per second; null: none.
+	MaxRate        *float64      `json:"max_rate"`
 	Pending        *PendingCheck `json:"pending"`
 	ReplayableFrom *time.Time    `json:"replayable_from,omitempty"`
 
@@ -484,15 +490,21 @@ type ChangedCard struct {
 	Events []string `json:"events"`
 
 	// ExternalID The AWS ExternalId; null for Pub/Sub.
-	ExternalID   *string   `json:"external_id"`
-	Failing      *Failing  `json:"failing"`
-	ID           string    `json:"id"`
+	ExternalID *string  `json:"external_id"`
+	Failing    *Failing `json:"failing"`
+	ID         string   `json:"id"`
+
+	// InFlight Its window as it applies (its own, else the relay's delivery.in_flight): how many writes may be in flight at once. Events of one ordering key (the store id, else the account id) are written one at a time, in arrival order; 1 writes everything in arrival order.
+	InFlight     int       `json:"in_flight"`
 	Lag          *Lag      `json:"lag,omitempty"`
 	LastDelivery *Delivery `json:"last_delivery"`
 	LastFailure  *Failure  `json:"last_failure"`
 
 	// ManagedBy Where it is defined: config (the file; read-only through the API) or api.
-	ManagedBy      ManagedBy     `json:"managed_by"`
+	ManagedBy ManagedBy `json:"managed_by"`
+
+	// MaxRate Its cap on writes per second; null: none.
+	MaxRate        *float64      `json:"max_rate"`
 	Pending        *PendingCheck `json:"pending"`
 	ReplayableFrom *time.Time    `json:"replayable_from,omitempty"`
 
@@ -614,9 +626,15 @@ type DeliveryEventDataClass string
 
 // DestinationChange defines model for DestinationChange.
 type DestinationChange struct {
-	Events    *[]string `json:"events,omitempty"`
-	KmsKeyArn *string   `json:"kms_key_arn,omitempty"`
-	RoleArn   *string   `json:"role_arn,omitempty"`
+	Events *[]string `json:"events,omitempty"`
+
+	// InFlight The destination's window: how many of its writes may be in flight at once, 1 (one at a time, everything in arrival order) to 64; events of one ordering key (the store id, else the account id) always go one at a time, in arrival order. Left out: unchanged (a create: the relay's default); null: the relay's default (delivery.in_flight).
+	InFlight  *InFlightSetting `json:"in_flight,omitempty"`
+	KmsKeyArn *string          `json:"kms_key_arn,omitempty"`
+
+	// MaxRate A cap on the destination's writes per second, e.g. to leave room in the AWS account's EventBridge PutEvents quota, which every bus of the account shares. Left out: unchanged (a create: none); null: no cap.
+	MaxRate *MaxRateSetting `json:"max_rate,omitempty"`
+	RoleArn *string         `json:"role_arn,omitempty"`
 }
 
 // DestinationCreate The target: bus_arn + role_arn (eventbridge); stream_arn + role_arn [+ kms_key_arn] (kinesis); project_id + topic_id (pubsub).
@@ -628,12 +646,18 @@ type DestinationCreate struct {
 	Events *[]string `json:"events,omitempty"`
 
 	// ID Optional: the relay makes one (dst_ and 16 hex digits).
-	ID        *string `json:"id,omitempty"`
-	KmsKeyArn *string `json:"kms_key_arn,omitempty"`
-	ProjectID *string `json:"project_id,omitempty"`
-	RoleArn   *string `json:"role_arn,omitempty"`
-	StreamArn *string `json:"stream_arn,omitempty"`
-	TopicID   *string `json:"topic_id,omitempty"`
+	ID *string `json:"id,omitempty"`
+
+	// InFlight The destination's window: how many of its writes may be in flight at once, 1 (one at a time, everything in arrival order) to 64; events of one ordering key (the store id, else the account id) always go one at a time, in arrival order. Left out: unchanged (a create: the relay's default); null: the relay's default (delivery.in_flight).
+	InFlight  *InFlightSetting `json:"in_flight,omitempty"`
+	KmsKeyArn *string          `json:"kms_key_arn,omitempty"`
+
+	// MaxRate A cap on the destination's writes per second, e.g. to leave room in the AWS account's EventBridge PutEvents quota, which every bus of the account shares. Left out: unchanged (a create: none); null: no cap.
+	MaxRate   *MaxRateSetting `json:"max_rate,omitempty"`
+	ProjectID *string         `json:"project_id,omitempty"`
+	RoleArn   *string         `json:"role_arn,omitempty"`
+	StreamArn *string         `json:"stream_arn,omitempty"`
+	TopicID   *string         `json:"topic_id,omitempty"`
 }
 
 // DestinationDeleted defines model for DestinationDeleted.
@@ -749,6 +773,9 @@ type Health struct {
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
 
+// InFlightSetting The destination's window: how many of its writes may be in flight at once, 1 (one at a time, everything in arrival order) to 64; events of one ordering key (the store id, else the account id) always go one at a time, in arrival order. Left out: unchanged (a create: the relay's default); null: the relay's default (delivery.in_flight).
+type InFlightSetting = int
+
 // Lag defines model for Lag.
 type Lag struct {
 	Events                      int64      `json:"events"`
@@ -759,6 +786,9 @@ type Lag struct {
 
 // ManagedBy Where it is defined: config (the file; read-only through the API) or api.
 type ManagedBy string
+
+// MaxRateSetting A cap on the destination's writes per second, e.g. to leave room in the AWS account's EventBridge PutEvents quota, which every bus of the account shares. Left out: unchanged (a create: none); null: no cap.
+type MaxRateSetting = float64
 
 // Minutes defines model for Minutes.
 type Minutes struct {
@@ -833,17 +863,23 @@ type ReplayedCard struct {
 	Events []string `json:"events"`
 
 	// ExternalID The AWS ExternalId; null for Pub/Sub.
-	ExternalID   *string   `json:"external_id"`
-	Failing      *Failing  `json:"failing"`
-	ID           string    `json:"id"`
+	ExternalID *string  `json:"external_id"`
+	Failing    *Failing `json:"failing"`
+	ID         string   `json:"id"`
+
+	// InFlight Its window as it applies (its own, else the relay's delivery.in_flight): how many writes may be in flight at once. Events of one ordering key (the store id, else the account id) are written one at a time, in arrival order; 1 writes everything in arrival order.
+	InFlight     int       `json:"in_flight"`
 	Lag          *Lag      `json:"lag,omitempty"`
 	LastDelivery *Delivery `json:"last_delivery"`
 	LastFailure  *Failure  `json:"last_failure"`
 
 	// ManagedBy Where it is defined: config (the file; read-only through the API) or api.
-	ManagedBy ManagedBy     `json:"managed_by"`
-	Pending   *PendingCheck `json:"pending"`
-	Replay    struct {
+	ManagedBy ManagedBy `json:"managed_by"`
+
+	// MaxRate Its cap on writes per second; null: none.
+	MaxRate *float64      `json:"max_rate"`
+	Pending *PendingCheck `json:"pending"`
+	Replay  struct {
 		// Cursor The log id delivery restarts after.
 		Cursor string `json:"cursor"`
 

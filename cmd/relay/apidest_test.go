@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +27,8 @@ type apiCard struct {
 	ManagedBy  string            `json:"managed_by"`
 	CreatedAt  *time.Time        `json:"created_at"`
 	Target     map[string]string `json:"target"`
+	InFlight   int               `json:"in_flight"`
+	MaxRate    *float64          `json:"max_rate"`
 }
 
 // apiError is an error answer's body.
@@ -304,9 +307,24 @@ func TestAPIDestinationsOutliveARestartAndAnEmptyRedisThroughExport(t *testing.T
 		}
 		return out
 	}
-	if out := cli("create", "pubsub", "--id", "api-topic", "--project-id", "acme-prod", "--topic-id", "relay-events"); !strings.Contains(out, "api-topic") || !strings.Contains(out, "gcloud") {
+	if out := cli("create", "pubsub", "--id", "api-topic", "--project-id", "acme-prod", "--topic-id", "relay-events", "--in-flight", "2", "--max-rate", "50"); !strings.Contains(out, "api-topic") || !strings.Contains(out, "gcloud") ||
+		!strings.Contains(out, "window:               2 writes in flight") || !strings.Contains(out, "rate cap:             50 writes per second") {
 		t.Fatalf("relay destinations create printed:\n%s", out)
 	}
+	// The window and the rate cap, changed through the API and the CLI, outlive the same
+	// restarts (a PATCH of in_flight alone keeps the card's ExternalId and status).
+	if a := httpSend(t, http.MethodPatch, rs.apis[0]+"/v1/connectors/eventbridge/destinations/api-bus", replicasAcctToken, `{"in_flight":3}`); a.status != http.StatusOK ||
+		decodeAs[apiCard](t, a).InFlight != 3 || *decodeAs[apiCard](t, a).ExternalID != made["api-bus"] {
+		t.Fatalf("PATCH in_flight 3: %d %s", a.status, a.body)
+	}
+	if out := cli("change", "api-stream", "--in-flight", "5", "--max-rate", "7.5"); !strings.Contains(out, "window:               5 writes in flight") {
+		t.Fatalf("relay destinations change printed:\n%s", out)
+	}
+	if out := cli("change", "api-stream", "--in-flight", "0", "--max-rate", "0"); !strings.Contains(out, "window:               16 writes in flight") ||
+		!strings.Contains(out, "rate cap:             none") {
+		t.Fatalf("relay destinations change back to the defaults printed:\n%s", out)
+	}
+	settings := map[string]string{"api-bus": "3 none", "api-stream": "16 none", "api-topic": "2 50"}
 	made["api-topic"] = ""
 	cli("create", "eventbridge", "--id", "short-lived", "--bus-arn", "arn:aws:events:us-east-1:111122223333:event-bus/x", "--role-arn", "arn:aws:iam::111122223333:role/x")
 	if out := cli("delete", "short-lived"); !strings.Contains(out, "short-lived deleted") {
@@ -344,13 +362,21 @@ func TestAPIDestinationsOutliveARestartAndAnEmptyRedisThroughExport(t *testing.T
 			if a.status != http.StatusOK || got != ext || c.ManagedBy != managedBy {
 				t.Fatalf("%s, %s: %d %s; want it managed by %s with ExternalId %q", when, id, a.status, a.body, managedBy, ext)
 			}
+			rate := "none"
+			if c.MaxRate != nil {
+				rate = strconv.FormatFloat(*c.MaxRate, 'g', -1, 64)
+			}
+			if s := fmt.Sprintf("%d %s", c.InFlight, rate); s != settings[id] {
+				t.Errorf("%s, %s: in_flight and max_rate %s, want %s", when, id, s, settings[id])
+			}
 		}
 	}
 	restart(rs.cfgs[0])
 	check("after kill -9 and a restart", "api")
 
 	out, err := runRelay(t, vars, "", "export", "--config", rs.cfgs[0])
-	if err != nil || strings.Count(out, "  - id: ") != 3 || !strings.Contains(out, made["api-bus"]) {
+	if err != nil || strings.Count(out, "  - id: ") != 3 || !strings.Contains(out, made["api-bus"]) ||
+		!strings.Contains(out, "    in_flight: 3\n") || !strings.Contains(out, "    max_rate: 50\n") {
 		t.Fatalf("export: %v\n%s", err, out)
 	}
 	// The same lines through the API (the public client), from the cards.

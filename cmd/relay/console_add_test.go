@@ -322,9 +322,10 @@ func (r *consoleRig) addJourney(t *testing.T, j addJourney, from int) {
 	r.deleteFromCard(t, page, j, from, say)
 }
 
-// changeFilter changes the destination's events filter from its card: first with a bad
-// value (the dialog stays, the API's words beside the field), then to job.failed alone,
-// after which a completed job is not sent and a failed one is.
+// changeFilter changes the destination's events filter and window (and, in Spanish, its
+// rate cap, typed with a decimal comma) from its card: first with bad values (the dialog
+// stays, the API's words beside each field), then to job.failed alone and a window of 4,
+// which the card shows, after which a completed job is not sent and a failed one is.
 func (r *consoleRig) changeFilter(t *testing.T, page context.Context, j addJourney, from int) {
 	id := j.values["id"]
 	url := r.apis[j.api] + "/v1/connectors/" + j.connector + "/destinations/" + id
@@ -332,7 +333,7 @@ func (r *consoleRig) changeFilter(t *testing.T, page context.Context, j addJourn
 	r.click(page, `article[data-id="`+id+`"] button.change`)
 	r.waitJS(page, `document.getElementById('action-dialog').open && document.querySelector('#action-body .change-fields') !== null`, "the change dialog")
 	fields := r.evalString(page, `[...document.querySelectorAll('#action-body .field')].map(f => f.dataset.field).join(',')`)
-	want := map[string]string{"eventbridge": "role_arn,events", "kinesis": "role_arn,kms_key_arn,events", "pubsub": "events"}[j.connector]
+	want := map[string]string{"eventbridge": "role_arn,events", "kinesis": "role_arn,kms_key_arn,events", "pubsub": "events"}[j.connector] + ",in_flight,max_rate"
 	if fields != want {
 		t.Errorf("the change dialog offers %s, want %s", fields, want)
 	}
@@ -348,11 +349,19 @@ func (r *consoleRig) changeFilter(t *testing.T, page context.Context, j addJourn
 		r.fill(page, "#change-events", bad)
 	}
 	words := fieldWords(t, httpSend(t, http.MethodPatch, url, consoleAcct3Token, body), badField)
+	if s := r.evalString(page, `document.getElementById('change-in_flight').value + '/' + document.getElementById('change-max_rate').value`); s != "16/" {
+		t.Errorf("the change dialog's window and rate cap read %q, want the card's 16 and none", s)
+	}
+	r.fill(page, "#change-in_flight", "65")
+	windowWords := fieldWords(t, httpSend(t, http.MethodPatch, url, consoleAcct3Token, `{"in_flight":65}`), "in_flight")
 	r.click(page, "#action-confirm")
 	sel := `#action-body .field[data-field="` + badField + `"] .field-error`
 	r.waitJS(page, `document.querySelector('`+sel+`')?.textContent !== ''`, "the change's problem beside "+badField)
 	if got := r.evalString(page, `document.querySelector('`+sel+`').textContent`); got != words {
 		t.Errorf("beside %s the change dialog says %q; the API says %q", badField, got, words)
+	}
+	if got := r.evalString(page, `document.querySelector('#action-body .field[data-field="in_flight"] .field-error').textContent`); got != windowWords {
+		t.Errorf("beside in_flight the change dialog says %q; the API says %q", got, windowWords)
 	}
 	if !r.evalBool(page, `document.getElementById('action-dialog').open`) {
 		t.Fatal("the refused change closed its dialog")
@@ -363,12 +372,26 @@ func (r *consoleRig) changeFilter(t *testing.T, page context.Context, j addJourn
 	if j.connector != "pubsub" {
 		r.fill(page, "#change-role_arn", j.values["role_arn"])
 	}
+	r.fill(page, "#change-in_flight", "4")
+	wantRate := "" // the card's dataset: none
+	if j.lang == "es" {
+		wantRate = "2.5"
+		r.fill(page, "#change-max_rate", "2,5")
+	}
 	r.fill(page, "#change-events", "job.failed")
 	if !r.evalBool(page, `document.querySelector('#action-body input[name="events-kind"][value="only"]').checked`) {
 		t.Error("typing event types does not choose «only these types»")
 	}
 	r.click(page, "#action-confirm")
 	r.waitJS(page, `!document.getElementById('action-dialog').open && `+card+`.querySelector('.notice')?.dataset.kind === 'ok'`, "the change saved")
+	if s := r.evalString(page, card+`.dataset.inFlight + '/' + `+card+`.dataset.maxRate`); s != "4/"+wantRate {
+		t.Errorf("after the change the card's window and rate cap read %q, want 4/%s", s, wantRate)
+	}
+	var changed apiCard
+	getJSON(t, url, consoleAcct3Token, &changed)
+	if changed.InFlight != 4 || (changed.MaxRate == nil) != (wantRate == "") {
+		t.Errorf("after the change the API's card has in_flight %d, max_rate %v; want 4, %q", changed.InFlight, changed.MaxRate, wantRate)
+	}
 	before := len(j.arrivals(t))
 	completed := jobevent.Job{ID: fmt.Sprintf("0190f2a4-6666-7000-8000-%012d", from+10), Status: "completed"}
 	failed := jobevent.Job{ID: fmt.Sprintf("0190f2a4-6666-7000-8000-%012d", from+11), Status: "failed"}

@@ -244,6 +244,12 @@ func printCard(w io.Writer, c client.Card) {
 		fmt.Fprintf(w, "disabled:             %s: %s\n", d.At.Format(time.RFC3339), d.Reason)
 	}
 	fmt.Fprintf(w, "sequence:             %d\n", c.Sequence)
+	fmt.Fprintf(w, "window:               %d writes in flight\n", c.InFlight)
+	if c.MaxRate != nil {
+		fmt.Fprintf(w, "rate cap:             %s writes per second\n", strconv.FormatFloat(*c.MaxRate, 'g', -1, 64))
+	} else {
+		fmt.Fprintln(w, "rate cap:             none")
+	}
 	fmt.Fprintln(w, "target:")
 	var target map[string]string
 	b, _ := json.Marshal(c.Target)

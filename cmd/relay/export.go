@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -43,7 +44,7 @@ an admin token: the same lines, the cards' ExternalIds pinned.`,
 				printExport(e.stdout, "--api "+c.BaseURL(), accts, recs)
 				return nil
 			}
-			_, st, err := loadWithStore(path, e.getenv)
+			cfg, st, err := loadWithStore(path, e.getenv)
 			if err != nil {
 				return err
 			}
@@ -53,6 +54,7 @@ an admin token: the same lines, the cards' ExternalIds pinned.`,
 			if err != nil {
 				return fmt.Errorf("read the destinations the api made from redis: %w", err)
 			}
+			pinWindows(recs, cfg.Delivery.InFlight)
 			accts, err := reg.AllAccounts(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("read the accounts the api made from redis: %w", err)
@@ -91,16 +93,28 @@ func exportThroughAPI(ctx context.Context, c *client.Client) ([]registry.Account
 		t := card.Target
 		recs = append(recs, registry.Record{ID: card.ID, Account: card.Account, Connector: string(card.Connector),
 			BusARN: deref(t.BusArn), StreamARN: deref(t.StreamArn), RoleARN: deref(t.RoleArn), KMSKeyARN: deref(t.KmsKeyArn),
-			ProjectID: deref(t.ProjectID), TopicID: deref(t.TopicID), ExternalID: deref(card.ExternalID), Events: card.Events})
+			ProjectID: deref(t.ProjectID), TopicID: deref(t.TopicID), ExternalID: deref(card.ExternalID), Events: card.Events,
+			InFlight: card.InFlight, MaxRate: deref(card.MaxRate)})
 	}
 	return accts, recs, nil
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
 	}
-	return *s
+	return *p
+}
+
+// pinWindows sets each record's window to the one it runs with, its own or the config's
+// delivery.in_flight (def): what a card shows, so both exports print the same lines,
+// and what the destination keeps once its lines are in a file, whatever that file's
+// default.
+func pinWindows(recs []registry.Record, def int) {
+	for i := range recs {
+		recs[i].InFlight = recs[i].Destination().Window(def)
+	}
 }
 
 // printExport writes accts and recs as a config's accounts: block (when there are any)
@@ -110,7 +124,7 @@ func printExport(w io.Writer, from string, accts []registry.AccountRecord, recs 
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	list := func(vs []string) string { b, _ := json.Marshal(vs); return string(b) }
 	fmt.Fprintf(w, "# %d accounts and %d destinations made through the API (relay export %s).\n", len(accts), len(recs), from)
-	fmt.Fprintln(w, "# Add the items to the file's accounts: and destinations: to restore them, ExternalIds pinned.")
+	fmt.Fprintln(w, "# Add the items to the file's accounts: and destinations: to restore them, ExternalIds and windows (in_flight) pinned.")
 	if len(accts) > 0 {
 		fmt.Fprintln(w, "accounts:")
 		slices.SortFunc(accts, func(a, b registry.AccountRecord) int { return strings.Compare(a.ID, b.ID) })
@@ -136,6 +150,12 @@ func printExport(w io.Writer, from string, accts []registry.AccountRecord, recs 
 		}
 		if len(r.Events) > 0 {
 			fmt.Fprintf(w, "    events: %s\n", list(r.Events))
+		}
+		if r.InFlight != 0 {
+			fmt.Fprintf(w, "    in_flight: %d\n", r.InFlight)
+		}
+		if r.MaxRate != 0 {
+			fmt.Fprintf(w, "    max_rate: %s\n", strconv.FormatFloat(r.MaxRate, 'g', -1, 64))
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 func manageCmds(e env, flags *apiFlags) []*cobra.Command {
 	var t targetFlags
 	create := &cobra.Command{
-		Use:   "create CONNECTOR [--id ID] (--bus-arn A --role-arn R | --stream-arn A --role-arn R [--kms-key-arn K] | --project-id P --topic-id T) [--events E,…] [--account ACCOUNT]",
+		Use:   "create CONNECTOR [--id ID] (--bus-arn A --role-arn R | --stream-arn A --role-arn R [--kms-key-arn K] | --project-id P --topic-id T) [--events E,…] [--in-flight N] [--max-rate R] [--account ACCOUNT]",
 		Short: "Add a destination through the API; prints its card with the setup to copy",
 		Long: `create adds a destination to the account of the token (an admin names --account). The
 relay checks it as it checks the config file, every problem at once, and makes an id when
@@ -38,23 +38,24 @@ one made.`,
 	t.register(create, true)
 	var c targetFlags
 	change := &cobra.Command{
-		Use:   "change ID [--role-arn R] [--kms-key-arn K] [--events E,…]",
-		Short: "Change the role, KMS key or event filter of a destination the API made",
-		Long: `change sets a new role, KMS key or event filter on a destination made through the API
-(the file's are changed in the file). The target never changes: a new bus, stream or topic
-is a new destination. A new role sends the destination back to pending until it is
-checked; the ExternalId stays.`,
+		Use:   "change ID [--role-arn R] [--kms-key-arn K] [--events E,…] [--in-flight N] [--max-rate R]",
+		Short: "Change the role, KMS key, event filter, window or rate cap of a destination the API made",
+		Long: `change sets a new role, KMS key, event filter, window (--in-flight) or rate cap
+(--max-rate) on a destination made through the API (the file's are changed in the file).
+The target never changes: a new bus, stream or topic is a new destination. A new role
+sends the destination back to pending until it is checked; the ExternalId stays.
+--in-flight 0 sets the window back to the relay's default, --max-rate 0 removes the cap.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body := c.change(cmd)
-			if body == (client.DestinationChange{}) {
-				return fmt.Errorf("nothing to change: pass --role-arn, --kms-key-arn or --events")
+			body, null := c.change(cmd)
+			if body == (client.DestinationChange{}) && len(null) == 0 {
+				return fmt.Errorf("nothing to change: pass --role-arn, --kms-key-arn, --events, --in-flight or --max-rate")
 			}
 			api, ref, err := destinationRef(cmd.Context(), flags, e, args[0])
 			if err != nil {
 				return err
 			}
-			card, err := api.ChangeDestination(cmd.Context(), ref, body)
+			card, err := api.ChangeDestination(cmd.Context(), ref, body, null...)
 			if err != nil {
 				return err
 			}
@@ -94,6 +95,8 @@ attempt log go, and its ExternalId is never issued again.`,
 type targetFlags struct {
 	id, account, bus, stream, role, kms, project, topic, idemKey string
 	events                                                       []string
+	inFlight                                                     int
+	maxRate                                                      float64
 }
 
 func (t *targetFlags) register(cmd *cobra.Command, create bool) {
@@ -101,6 +104,8 @@ func (t *targetFlags) register(cmd *cobra.Command, create bool) {
 	f.StringVar(&t.role, "role-arn", "", "the ARN of the customer's IAM role the relay assumes (AWS)")
 	f.StringVar(&t.kms, "kms-key-arn", "", "the stream's KMS key, when it is encrypted with a customer key (Kinesis)")
 	f.StringSliceVar(&t.events, "events", nil, "the short types to deliver, like job.completed (default: all)")
+	f.IntVar(&t.inFlight, "in-flight", 0, "how many writes may be in flight at once, each of another store (1 to 64; 1: everything in arrival order; default: the relay's)")
+	f.Float64Var(&t.maxRate, "max-rate", 0, "at most this many writes per second, e.g. to leave room in the AWS account's PutEvents quota (default: no cap)")
 	if !create {
 		return
 	}
@@ -118,13 +123,31 @@ func (t *targetFlags) create(cmd *cobra.Command) client.DestinationCreate {
 	set := flagValue(cmd)
 	return client.DestinationCreate{ID: set("id", t.id), Account: set("account", t.account), BusArn: set("bus-arn", t.bus),
 		StreamArn: set("stream-arn", t.stream), RoleArn: set("role-arn", t.role), KmsKeyArn: set("kms-key-arn", t.kms),
-		ProjectID: set("project-id", t.project), TopicID: set("topic-id", t.topic), Events: t.eventsSet(cmd)}
+		ProjectID: set("project-id", t.project), TopicID: set("topic-id", t.topic), Events: t.eventsSet(cmd),
+		InFlight: flagSet(cmd, "in-flight", t.inFlight), MaxRate: flagSet(cmd, "max-rate", t.maxRate)}
 }
 
-// change is a change's body: the flags set on cmd.
-func (t *targetFlags) change(cmd *cobra.Command) client.DestinationChange {
+// change is a change's body, the flags set on cmd, and the fields it sends as null: an
+// --in-flight or --max-rate of 0 sets the relay's default window, or no cap.
+func (t *targetFlags) change(cmd *cobra.Command) (client.DestinationChange, []string) {
 	set := flagValue(cmd)
-	return client.DestinationChange{RoleArn: set("role-arn", t.role), KmsKeyArn: set("kms-key-arn", t.kms), Events: t.eventsSet(cmd)}
+	body := client.DestinationChange{RoleArn: set("role-arn", t.role), KmsKeyArn: set("kms-key-arn", t.kms), Events: t.eventsSet(cmd)}
+	var null []string
+	if body.InFlight = flagSet(cmd, "in-flight", t.inFlight); body.InFlight != nil && *body.InFlight == 0 {
+		body.InFlight, null = nil, append(null, client.FieldInFlight)
+	}
+	if body.MaxRate = flagSet(cmd, "max-rate", t.maxRate); body.MaxRate != nil && *body.MaxRate == 0 {
+		body.MaxRate, null = nil, append(null, client.FieldMaxRate)
+	}
+	return body, null
+}
+
+// flagSet is a flag's value when it was set on cmd, else nil (left out of the body).
+func flagSet[T any](cmd *cobra.Command, flag string, v T) *T {
+	if !cmd.Flags().Changed(flag) {
+		return nil
+	}
+	return &v
 }
 
 func (t *targetFlags) eventsSet(cmd *cobra.Command) *[]string {

@@ -179,7 +179,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		Tracer:       ingestTracer,
 	})
 	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: cfg.Identity,
-		Logger: log.With("component", "stream")})
+		Window: cfg.Delivery.InFlight, Logger: log.With("component", "stream")})
 	// The destinations the API made: in Redis, beside the logs; every replica follows them.
 	src := &apiSource{reg: registry.New(st.Client()), disp: disp, log: log.With("component", "registry")}
 	apiSrv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams,

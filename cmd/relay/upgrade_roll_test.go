@@ -532,7 +532,7 @@ func (r *roll) sameCards(a, b *replica) {
 // rollAddedCardFields are the card's fields this release adds (CHANGELOG.md, Added): a
 // replica of the previous release does not have them, so during a roll a card from it
 // lacks them. Every other field must be the same from either release.
-var rollAddedCardFields = []string{"events"}
+var rollAddedCardFields = []string{"events", "in_flight", "max_rate"}
 
 // dropAdded takes out of p's card, when p runs this release and other the previous one,
 // the fields this release adds that other's card lacks.

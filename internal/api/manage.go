@@ -34,6 +34,9 @@ type destinationBody struct {
 	ProjectID *string   `json:"project_id"`
 	TopicID   *string   `json:"topic_id"`
 	Events    *[]string `json:"events"`
+	// The delivery settings (settings.go): absent, null or a value.
+	InFlight nullable `json:"in_flight"`
+	MaxRate  nullable `json:"max_rate"`
 }
 
 func val(s *string) string {
@@ -62,7 +65,7 @@ func decodeStrict(r *http.Request, v any, what string) *apiError {
 }
 
 // destinationFields names a destination body's fields, for decodeStrict.
-const destinationFields = "the destination's fields (id, account, bus_arn, stream_arn, role_arn, kms_key_arn, project_id, topic_id, events)"
+const destinationFields = "the destination's fields (id, account, bus_arn, stream_arn, role_arn, kms_key_arn, project_id, topic_id, events, in_flight, max_rate)"
 
 // fieldsOf turns config problems into a body's field problems.
 func fieldsOf(ps config.Problems) []fieldProblem {
@@ -135,9 +138,10 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 	if d.ID == "" {
 		d.ID = newDestinationID()
 	}
+	unread := settingsOf(b.InFlight, b.MaxRate, &d)
 	cfg := s.cfg.Load()
-	if ps := cfg.CheckDestination(d); len(ps) > 0 {
-		writeError(w, errFields("the destination has problems; nothing was made", fieldsOf(ps)))
+	if ps := append(fieldsOf(cfg.CheckDestination(d)), unread...); len(ps) > 0 {
+		writeError(w, errFields("the destination has problems; nothing was made", ps))
 		return
 	}
 	if !s.spendChange(w, r, acct) {
@@ -160,6 +164,7 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 	if conn.IsAWS() {
 		rec.ExternalID = destination.NewExternalID() // never derived: a deleted id made again gets a new one
 	}
+	rec.InFlight, rec.MaxRate = d.InFlight, d.MaxRate
 	most := s.limits.Load().DestinationsPerAccount - fileCount
 	// From the registry's record to the Upsert below, this replica's follower leaves
 	// the id to this create (it must not start a worker on state Forget then deletes).
@@ -244,7 +249,7 @@ func (s *Server) patchDestination(w http.ResponseWriter, r *http.Request, p prin
 		}
 	}
 	if len(fixed) > 0 {
-		writeError(w, errFields("only role_arn, kms_key_arn and events change; nothing was changed", fixed))
+		writeError(w, errFields("only role_arn, kms_key_arn, events, in_flight and max_rate change; nothing was changed", fixed))
 		return
 	}
 	nd := d
@@ -257,8 +262,9 @@ func (s *Server) patchDestination(w http.ResponseWriter, r *http.Request, p prin
 	if b.Events != nil {
 		nd.Events = *b.Events
 	}
-	if ps := s.cfg.Load().CheckDestination(nd); len(ps) > 0 {
-		writeError(w, errFields("the change has problems; nothing was changed", fieldsOf(ps)))
+	unread := settingsOf(b.InFlight, b.MaxRate, &nd)
+	if ps := append(fieldsOf(s.cfg.Load().CheckDestination(nd)), unread...); len(ps) > 0 {
+		writeError(w, errFields("the change has problems; nothing was changed", ps))
 		return
 	}
 	if !s.spendChange(w, r, d.Account) {
@@ -270,6 +276,7 @@ func (s *Server) patchDestination(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	rec.RoleARN, rec.KMSKeyARN, rec.Events = nd.RoleARN, nd.KMSKeyARN, nd.Events
+	rec.InFlight, rec.MaxRate = nd.InFlight, nd.MaxRate
 	if err := s.opts.Registry.Update(r.Context(), rec); err != nil {
 		s.fail(w, r, err)
 		return

@@ -293,6 +293,9 @@ func (p *parser) checkDelivery(d *Delivery) {
 	if d.UncommittedMax < 1 || d.UncommittedMax > 1024 {
 		p.add("delivery.uncommitted_max", "must be between 1 and 1024 writes")
 	}
+	if d.InFlight < 1 || d.InFlight > destination.MaxInFlight {
+		p.add("delivery.in_flight", "%d is out of range: it is how many writes of one destination may be in flight at once, a whole number from 1 (one at a time, in arrival order) to %d", d.InFlight, destination.MaxInFlight)
+	}
 	if d.OperatorEventsExchange == "" {
 		p.add("delivery.operator_events_exchange", "must not be empty (leave it out for %s)", DefaultOperatorEventsExchange)
 	}

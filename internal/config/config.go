@@ -263,6 +263,11 @@ type Delivery struct {
 	// (at least once: the message id is stable, receivers dedup).
 	CommitWait     time.Duration
 	UncommittedMax int
+	// InFlight is the window of a destination that sets none (its in_flight): how many of
+	// its writes may be in flight at once. Events of one ordering key (the store id, else
+	// the account id) are written one at a time, in arrival order; those of different
+	// keys overlap up to the window. 1 writes everything in arrival order, one at a time.
+	InFlight int
 }
 
 // Backoff is the retry delay range of not-taken attempts.

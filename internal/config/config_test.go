@@ -102,7 +102,7 @@ func TestExampleFromTheContractParses(t *testing.T) {
 		Delivery: Delivery{NotTakenBackoff: Backoff{Initial: time.Second, Max: 5 * time.Minute}, SetupCheck: Backoff{Initial: time.Minute, Max: 15 * time.Minute}, MaxMessageAge: 72 * time.Hour, DisableAfter: 20,
 			WarnAfter: []int{5, 15}, LeaseTTL: 15 * time.Second, ChannelRetention: 168 * time.Hour, LabelRecheck: 15 * time.Minute, AttemptsRetention: 720 * time.Hour,
 			ChannelMaxEvents: 500, AttemptsMax: 2500, OperatorEventsExchange: "relay.operator.events",
-			CommitWait: 5 * time.Millisecond, UncommittedMax: 32},
+			CommitWait: 5 * time.Millisecond, UncommittedMax: 32, InFlight: 16},
 		Accounts: []Account{{ID: "acct_123", Tenants: []string{"single-tenant"}, Sources: []string{}, StoreIDPath: "metadata.store_id"}},
 		Destinations: []destination.Destination{
 			{ID: "orders-bus", Account: "acct_123", Connector: destination.EventBridge,
@@ -192,6 +192,7 @@ func TestDefaultsApply(t *testing.T) {
 		{"delivery.label_recheck", c.Delivery.LabelRecheck, 15 * time.Minute},
 		{"delivery.attempts_retention", c.Delivery.AttemptsRetention, 720 * time.Hour},
 		{"delivery.operator_events_exchange", c.Delivery.OperatorEventsExchange, "relay.operator.events"},
+		{"delivery.in_flight", c.Delivery.InFlight, 16},
 	}
 	for _, ch := range checks {
 		if !reflect.DeepEqual(ch.got, ch.want) {

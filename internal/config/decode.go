@@ -312,6 +312,20 @@ func (w *walker) ratio(n *yaml.Node, path string, out **float64) {
 	*out = &v
 }
 
+// number reads a number (0.5, 100); its range is the caller's to check.
+func (w *walker) number(n *yaml.Node, path string, out *float64) {
+	n = w.resolve(n, path)
+	if n == nil {
+		return
+	}
+	var v float64
+	if n.Kind != yaml.ScalarNode || n.Decode(&v) != nil {
+		w.unreadable(path, "must be a number, like 100 or 0.5")
+		return
+	}
+	*out = v
+}
+
 // rate reads {count: N, per: DURATION}.
 func (w *walker) rate(n *yaml.Node, path string, out *Rate) {
 	w.object(n, path, fields{

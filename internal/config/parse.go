@@ -104,6 +104,7 @@ func defaults() *Config {
 			OperatorEventsExchange: DefaultOperatorEventsExchange,
 			CommitWait:             5 * time.Millisecond,
 			UncommittedMax:         32,
+			InFlight:               destination.DefaultInFlight,
 		},
 	}
 }
@@ -334,6 +335,7 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"operator_events_exchange": func(v *yaml.Node, path string) { w.str(v, path, &d.OperatorEventsExchange) },
 				"commit_wait":              func(v *yaml.Node, path string) { w.duration(v, path, &d.CommitWait) },
 				"uncommitted_max":          func(v *yaml.Node, path string) { w.integer(v, path, &d.UncommittedMax) },
+				"in_flight":                func(v *yaml.Node, path string) { w.integer(v, path, &d.InFlight) },
 			})
 		},
 		"accounts": func(v *yaml.Node, path string) {
@@ -364,6 +366,9 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 					"topic_id":    func(v *yaml.Node, path string) { w.str(v, path, &d.TopicID) },
 					"events":      func(v *yaml.Node, path string) { w.strs(v, path, &d.Events) },
 					"external_id": func(v *yaml.Node, path string) { w.str(v, path, &d.PinnedExternalID) },
+					// 0 or left out: delivery.in_flight, and no cap (Destination.Validate).
+					"in_flight": func(v *yaml.Node, path string) { w.integer(v, path, &d.InFlight) },
+					"max_rate":  func(v *yaml.Node, path string) { w.number(v, path, &d.MaxRate) },
 				})
 				d.Connector = destination.Connector(connector)
 				c.Destinations = append(c.Destinations, d)

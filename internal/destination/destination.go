@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -65,6 +66,31 @@ type Destination struct {
 	// (zero for the file's). Neither is part of the Fingerprint.
 	ManagedBy string
 	CreatedAt time.Time
+
+	// InFlight is the destination's window: how many of its writes may be in flight at
+	// once, each of another ordering key (events of one key go one at a time, in arrival
+	// order). 0: the deployment's delivery.in_flight (Window). MaxRate caps its writes
+	// per second, e.g. to leave room in an AWS account's EventBridge PutEvents quota,
+	// which every bus of that account shares; 0: no cap. Both are in the Fingerprint
+	// (which see), so a change of either restarts the destination's worker with it.
+	InFlight int
+	MaxRate  float64
+}
+
+// Bounds of a destination's settings (Validate checks them; config and the API use them).
+const (
+	DefaultInFlight = 16    // delivery.in_flight when the config leaves it out
+	MaxInFlight     = 64    // the largest window, the deployment's or a destination's
+	MaxRateLimit    = 10000 // the largest max_rate, writes per second
+)
+
+// Window is how many writes d may have in flight: its own InFlight when set, else def
+// (the deployment's delivery.in_flight).
+func (d Destination) Window(def int) int {
+	if d.InFlight > 0 {
+		return d.InFlight
+	}
+	return def
 }
 
 // Where a destination is defined (Destination.ManagedBy); "" reads as the file.
@@ -87,9 +113,22 @@ func (d Destination) Wants(shortType string) bool {
 }
 
 // Fingerprint is a stable hash of everything that defines d: connector, account, target
-// fields and the event filter (as a set). It changes when the config redefines the
-// destination, so stored state can tell a redefinition from a restart. The id is the
-// key it is stored under, so it is not part of the hash.
+// fields, the event filter (as a set) and its delivery settings (InFlight, MaxRate). It
+// changes when the config or the API redefines the destination, so stored state can tell
+// a redefinition from a restart. The id is the key it is stored under, so it is not part
+// of the hash.
+//
+// The settings are in it because a changed fingerprint is how a change reaches the
+// running worker: dispatch stops the worker of a redefined destination and the next
+// lease round starts it on the new definition; the API's follower on each replica takes
+// a record whose fingerprint differs; a card's static part is rebuilt. Nothing else
+// follows from it: the stored state gets the new fingerprint and its channels a
+// resync.required (so watchers load the card with the new settings), while the status,
+// cursor and ExternalId stay, and nothing goes back to pending (only a new role does,
+// which the API does itself). Unset settings are left out of the hashed bytes
+// (omitempty), so a destination that sets neither keeps the fingerprint 0.2.0 computed:
+// an upgrade redefines nothing, and a roll's two releases agree on every such
+// destination.
 func (d Destination) Fingerprint() string {
 	events := slices.Clone(d.Events)
 	slices.Sort(events)
@@ -109,12 +148,23 @@ func (d Destination) Fingerprint() string {
 		ProjectID string    `json:"project_id"`
 		TopicID   string    `json:"topic_id"`
 		Events    []string  `json:"events"`
-	}{1, d.Connector, d.Account, d.BusARN, d.StreamARN, d.RoleARN, d.KMSKeyARN, d.ProjectID, d.TopicID, events})
+		InFlight  int       `json:"in_flight,omitempty"`
+		MaxRate   string    `json:"max_rate,omitempty"` // text: a NaN that skipped Validate must not panic
+	}{1, d.Connector, d.Account, d.BusARN, d.StreamARN, d.RoleARN, d.KMSKeyARN, d.ProjectID, d.TopicID, events,
+		d.InFlight, rateText(d.MaxRate)})
 	if err != nil {
 		panic("destination: fingerprint: " + err.Error()) // strings only: cannot fail
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// rateText is r as the Fingerprint hashes it: "" when off, else its shortest exact text.
+func rateText(r float64) string {
+	if r == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(r, 'g', -1, 64)
 }
 
 // CloudScope names the cloud boundary d writes into: "aws:<role's account id>" or

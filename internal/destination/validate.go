@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -178,6 +179,18 @@ func (d Destination) Validate() []Problem {
 		add("connector", "unknown connector %q: use eventbridge, kinesis or pubsub", string(d.Connector))
 	}
 
+	// Zero is unset (the relay's default window, no cap): what is set must be in range.
+	if d.InFlight != 0 {
+		if msg := InFlightProblem(d.InFlight); msg != "" {
+			add("in_flight", "%s", msg)
+		}
+	}
+	if d.MaxRate != 0 {
+		if msg := MaxRateProblem(d.MaxRate); msg != "" {
+			add("max_rate", "%s", msg)
+		}
+	}
+
 	for i, e := range d.Events {
 		field := fmt.Sprintf("events[%d]", i)
 		switch {
@@ -190,6 +203,25 @@ func (d Destination) Validate() []Problem {
 		}
 	}
 	return ps
+}
+
+// InFlightProblem is why n cannot be a destination's in_flight, "" when it can: 1 (one
+// write at a time, everything in arrival order) to MaxInFlight. The config file and the
+// API both say it, in these words.
+func InFlightProblem(n int) string {
+	if n >= 1 && n <= MaxInFlight {
+		return ""
+	}
+	return fmt.Sprintf("in_flight %d is out of range: it is how many writes may be in flight at once, a whole number from 1 (one at a time, in arrival order) to %d; leave it out for the relay's default", n, MaxInFlight)
+}
+
+// MaxRateProblem is why r cannot be a destination's max_rate, "" when it can: more than 0
+// and at most MaxRateLimit writes per second (NaN and the infinities are refused).
+func MaxRateProblem(r float64) string {
+	if r > 0 && r <= MaxRateLimit {
+		return ""
+	}
+	return fmt.Sprintf("max_rate %s is out of range: it caps the writes per second, more than 0 and at most %d; leave it out for no cap", strconv.FormatFloat(r, 'g', -1, 64), MaxRateLimit)
 }
 
 // checkProjectID applies Google Cloud's project id rules: 6 to 30 characters, lowercase

@@ -38,6 +38,12 @@ const changesKept = 10000
 const IdempotencyTTL = 24 * time.Hour
 
 // Record is one destination the API made, as stored.
+//
+// Fields are only ever added, each optional (omitempty, its zero the old meaning), so the
+// releases of a roll read each other's records: a record of the previous release reads
+// with the new fields zero, and the previous release's encoding/json ignores the fields
+// it does not know. (What it cannot do is keep them: a change the previous release makes
+// to a record writes it back without them.)
 type Record struct {
 	ID         string    `json:"id"`
 	Account    string    `json:"account"`
@@ -51,6 +57,10 @@ type Record struct {
 	Events     []string  `json:"events,omitempty"`
 	ExternalID string    `json:"external_id,omitempty"` // AWS: issued at creation, never changed
 	CreatedAt  time.Time `json:"created_at"`
+	// Since 0.3.0: the destination's window and rate cap (destination.Destination's
+	// InFlight and MaxRate); absent, the relay's default window and no cap.
+	InFlight int     `json:"in_flight,omitempty"`
+	MaxRate  float64 `json:"max_rate,omitempty"`
 }
 
 // Destination is the record as the engine takes it: managed by the API, its ExternalId
@@ -59,7 +69,7 @@ func (r Record) Destination() destination.Destination {
 	return destination.Destination{ID: r.ID, Account: r.Account, Connector: destination.Connector(r.Connector),
 		BusARN: r.BusARN, StreamARN: r.StreamARN, RoleARN: r.RoleARN, KMSKeyARN: r.KMSKeyARN,
 		ProjectID: r.ProjectID, TopicID: r.TopicID, Events: r.Events, PinnedExternalID: r.ExternalID,
-		ManagedBy: destination.ManagedByAPI, CreatedAt: r.CreatedAt}
+		ManagedBy: destination.ManagedByAPI, CreatedAt: r.CreatedAt, InFlight: r.InFlight, MaxRate: r.MaxRate}
 }
 
 // Errors of Create, Update and Delete, beside destination.ErrNotFound (an account's

@@ -47,6 +47,11 @@ type Card struct {
 	CreatedAt *time.Time `json:"created_at"`
 	// Events are the short types the destination delivers (its filter); empty: all.
 	Events []string `json:"events"`
+	// InFlight is the destination's window as it applies: its own in_flight, else the
+	// deployment's delivery.in_flight. MaxRate is its cap on writes per second; null
+	// when it has none.
+	InFlight int      `json:"in_flight"`
+	MaxRate  *float64 `json:"max_rate"`
 }
 
 // Lag is a card's measure of how far behind its account's log the destination is.
@@ -61,21 +66,26 @@ type Lag struct {
 	OldestUndeliveredAge float64    `json:"oldest_undelivered_age_seconds"`
 }
 
-// NewCard builds the card of d from its stored state.
-func NewCard(d destination.Destination, st store.State, id destination.Identity) Card {
-	c := staticCard(d, st, id)
+// NewCard builds the card of d from its stored state; window is the deployment's
+// delivery.in_flight, the window of a destination that sets none.
+func NewCard(d destination.Destination, st store.State, id destination.Identity, window int) Card {
+	c := staticCard(d, st, id, window)
 	c.setStored(st)
 	return c
 }
 
 // staticCard is the part of d's card that changes only with its definition, our
 // identity or its stored ExternalId and creation time (staticKey): the config's target,
-// the setup to make, and where and when it was made. Its maps are built here and only
-// read after, so cards built from it may share them.
-func staticCard(d destination.Destination, st store.State, id destination.Identity) Card {
+// the setup to make, its delivery settings, and where and when it was made. Its maps are
+// built here and only read after, so cards built from it may share them.
+func staticCard(d destination.Destination, st store.State, id destination.Identity, window int) Card {
 	c := Card{ID: d.ID, Connector: string(d.Connector), Account: d.Account,
 		Target: d.Target(), Setup: destination.Setup(d, id, st.ExternalID), ManagedBy: d.Managed(),
-		Events: append([]string{}, d.Events...)}
+		Events: append([]string{}, d.Events...), InFlight: d.Window(window)}
+	if d.MaxRate > 0 {
+		r := d.MaxRate
+		c.MaxRate = &r
+	}
 	if d.Connector.IsAWS() {
 		ext := st.ExternalID
 		c.ExternalID = &ext

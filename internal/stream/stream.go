@@ -42,6 +42,9 @@ type Options struct {
 	// ViewCache is how many destinations' cards are kept built between answers
 	// (default DefaultViewCache; negative: none).
 	ViewCache int
+	// Window is delivery.in_flight: the window a card shows for a destination that sets
+	// none (default destination.DefaultInFlight). Read once: delivery is restart-only.
+	Window int
 }
 
 // Channels serves snapshots, replay pages and live subscriptions.
@@ -68,6 +71,9 @@ func New(opts Options) *Channels {
 	}
 	if opts.ViewCache == 0 {
 		opts.ViewCache = DefaultViewCache
+	}
+	if opts.Window <= 0 {
+		opts.Window = destination.DefaultInFlight
 	}
 	c := &Channels{opts: opts, hub: newHub(opts.Store, opts.Poll, opts.Logger), views: newViews(opts.ViewCache)}
 	c.SetIdentity(opts.Identity)
@@ -150,7 +156,7 @@ func (c *Channels) CardAndLag(ctx context.Context, d destination.Destination) (C
 			st = held // still the stored state
 		}
 		if agrees(d, *st) || !c.waitForConfig(ctx, deadline, d.ID) {
-			v, key := prev, staticKeyOf(d, *st, id)
+			v, key := prev, staticKeyOf(d, *st, id, c.opts.Window)
 			if rd.State != nil || prev.static != key {
 				v = newView(prev, key, d, *st, id)
 				c.views.put(d.ID, v)
@@ -272,7 +278,7 @@ func (c *Channels) Snapshot(ctx context.Context, ch Channel) (Snapshot, error) {
 			}
 			// The static part as this replica's view of d has it, when it does; the
 			// account's views are not kept (a large account would evict every other).
-			cards = append(cards, newView(c.views.get(d.ID), staticKeyOf(d, st, id), d, st, id).card)
+			cards = append(cards, newView(c.views.get(d.ID), staticKeyOf(d, st, id, c.opts.Window), d, st, id).card)
 		}
 		if lagging == "" || !c.waitForConfig(ctx, deadline, lagging) {
 			break

@@ -29,10 +29,11 @@ type staticKey struct {
 	createdAt, storedAt    int64 // Unix ms; 0: none
 	identity               destination.Identity
 	externalID             string
+	window                 int // the window shown when d sets none (Options.Window)
 }
 
-func staticKeyOf(d destination.Destination, st store.State, id destination.Identity) staticKey {
-	k := staticKey{fingerprint: d.Fingerprint(), managedBy: d.Managed(), identity: id, externalID: st.ExternalID}
+func staticKeyOf(d destination.Destination, st store.State, id destination.Identity, window int) staticKey {
+	k := staticKey{fingerprint: d.Fingerprint(), managedBy: d.Managed(), identity: id, externalID: st.ExternalID, window: window}
 	if !d.CreatedAt.IsZero() {
 		k.createdAt = d.CreatedAt.UnixMilli()
 	}
@@ -50,7 +51,7 @@ func newView(prev *view, key staticKey, d destination.Destination, st store.Stat
 	if prev != nil && prev.static == key {
 		card = prev.card // the static part's maps are shared, read-only
 	} else {
-		card = staticCard(d, st, id)
+		card = staticCard(d, st, id, key.window)
 	}
 	card.setStored(st)
 	return &view{static: key, state: st, card: card}

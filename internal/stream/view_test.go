@@ -91,7 +91,7 @@ func (g *viewRig) check(step string, want func(Card) bool) {
 		if err != nil {
 			g.t.Fatal(err)
 		}
-		fresh := NewCard(d, st, *g.c.identity.Load())
+		fresh := NewCard(d, st, *g.c.identity.Load(), g.c.opts.Window)
 		a, b, f := marshal(g.t, first), marshal(g.t, second), marshal(g.t, fresh)
 		if !bytes.Equal(a, f) || !bytes.Equal(b, f) {
 			g.t.Fatalf("%s, %s: served\n%s\n%s\nfresh\n%s", step, d.ID, a, b, f)

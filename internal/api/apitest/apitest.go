@@ -224,6 +224,9 @@ func New(t testing.TB, opts Options) *Rig {
 	}
 	so := opts.Stream
 	so.Store, so.Directory, so.Identity = st, disp, cfg.Identity
+	if so.Window == 0 {
+		so.Window = cfg.Delivery.InFlight
+	}
 	if so.Poll == 0 {
 		so.Poll = 10 * time.Millisecond
 	}
@@ -264,7 +267,7 @@ func (r *Rig) Replica() string {
 	if err := disp.SetDestinations(context.Background(), r.cfg.Destinations); err != nil {
 		t.Fatal(err)
 	}
-	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: r.cfg.Identity, Poll: 10 * time.Millisecond})
+	streams := stream.New(stream.Options{Store: st, Directory: disp, Identity: r.cfg.Identity, Window: r.cfg.Delivery.InFlight, Poll: 10 * time.Millisecond})
 	srv := api.New(api.Options{Config: r.cfg, Destinations: disp, Store: st, Streams: streams, Broker: func() bool { return true }})
 	hs := httptest.NewUnstartedServer(nil)
 	hs.Config = srv.HTTPServer(nil)

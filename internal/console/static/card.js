@@ -9,7 +9,7 @@ import { askActivate, askDisable, askReplay } from './dialogs.js';
 import { copyable, el, row } from './dom.js';
 import { actionError } from './errors.js';
 import { Follower } from './follow.js';
-import { formatAge, formatTime, t } from './i18n.js';
+import { formatAge, formatNumber, formatTime, t } from './i18n.js';
 import { askChange, askDelete } from './manage.js';
 import { app, isAdmin } from './state.js';
 
@@ -124,6 +124,8 @@ export class CardView {
     d.failing = c.failing ? 'true' : 'false';
     const lag = this.extra.lag;
     d.lagEvents = lag ? String(lag.events) : '';
+    d.inFlight = c.in_flight == null ? '' : String(c.in_flight);
+    d.maxRate = c.max_rate == null ? '' : String(c.max_rate);
     const status = this.root.querySelector('.badge.status');
     // Pending for a security reason (the role lets a wrong ExternalId in) is refused,
     // not "being set up": the badge says so.
@@ -157,6 +159,7 @@ export class CardView {
       ? el('span', { class: 'last-delivery' }, formatTime(ld.at), ld.event_id ? el('small', {}, ' · ', t('event'), ' ', ld.event_id) : null)
       : el('span', { class: 'last-delivery' }, t('never'))));
     rows.push(row(t('lag'), el('span', { class: 'lag' }, lagText(lag))));
+    rows.push(...settingsRows(c));
     if (c.pending) {
       rows.push(row(t(c.pending.security ? 'pendingRefused' : 'pendingCheck'), el('span', { class: 'pending-info' }, c.pending.message || '',
         c.pending.next_check ? el('small', {}, ' · ', t('nextCheck'), ' ', formatTime(c.pending.next_check)) : null)));
@@ -234,7 +237,7 @@ export class CardView {
   takeDefinition(c) {
     if (!c || c.id !== this.card.id) return;
     for (const card of new Set([this.card, this.follower.card].filter(Boolean))) {
-      for (const k of ['target', 'setup', 'external_id', 'managed_by', 'created_at']) card[k] = c[k];
+      for (const k of ['target', 'setup', 'external_id', 'managed_by', 'created_at', 'events', 'in_flight', 'max_rate']) card[k] = c[k];
     }
     this.takeCard(c);
   }
@@ -288,6 +291,17 @@ export class CardView {
     box.dataset.delivered = String(sum(m.delivered));
     box.dataset.failed = String(sum(m.failed));
   }
+}
+
+// settingsRows are the destination's window and rate cap; none on a card from a relay
+// too old to send them (during an upgrade).
+function settingsRows(c) {
+  if (c.in_flight == null) return [];
+  return [
+    row(t('inFlight'), el('span', { class: 'in-flight' }, t('inFlightValue', { n: formatNumber(c.in_flight) }))),
+    row(t('maxRate'), el('span', { class: 'max-rate' },
+      c.max_rate == null ? t('maxRateNone') : t('maxRateValue', { rate: formatNumber(c.max_rate) }))),
+  ];
 }
 
 // lagText words a card's lag: caught up, or how many wait and since when.

@@ -47,6 +47,11 @@ export function formatTime(at) {
   return d.toLocaleString(current);
 }
 
+// formatNumber shows a number in the user's language (2.5, 2,5).
+export function formatNumber(n) {
+  return Number(n).toLocaleString(current);
+}
+
 // formatAge words a duration in seconds, roughly: "40 s", "3 min", "2 h", "4 d".
 export function formatAge(seconds) {
   const s = Math.max(0, Math.round(Number(seconds) || 0));

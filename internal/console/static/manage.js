@@ -1,6 +1,6 @@
 // Changing and deleting a destination the API made (one the config file defines offers
-// neither: card.js): change its role, KMS key or events filter, each field's problem
-// beside it; delete once its id is typed, saying what stops and whether a write was in
+// neither: card.js): change its role, KMS key, events filter, window or rate cap, each
+// field's problem beside it; delete once its id is typed, saying what stops and whether a write was in
 // flight when it did.
 
 import { call } from './api.js';
@@ -15,8 +15,24 @@ import { app } from './state.js';
 // changeable are the fields a change may set, by connector: the target never changes.
 const changeable = { eventbridge: ['role_arn'], kinesis: ['role_arn', 'kms_key_arn'], pubsub: [] };
 
-// askChange asks for a new role (and key), or events filter, and keeps the dialog open,
-// as typed, while the API refuses the change.
+// settings are the delivery settings a change may set, named as the card and the body
+// name them.
+const settings = ['in_flight', 'max_rate'];
+
+// shown is a setting as its field shows it: empty when the card has none.
+const shown = (v) => (v === null || v === undefined ? '' : String(v));
+
+// settingValue is what a setting's field sends: null when emptied (the relay's default
+// window, no cap), the number typed (a decimal comma read as a point), else the text
+// itself, which the API refuses in its own words beside the field.
+function settingValue(text) {
+  if (text === '') return null;
+  const n = text.replace(/^(\d+),(\d+)$/, '$1.$2');
+  return /^[-+]?\d+(\.\d+)?$/.test(n) ? Number(n) : text;
+}
+
+// askChange asks for a new role (and key), events filter, window or rate cap, and keeps
+// the dialog open, as typed, while the API refuses the change.
 export function askChange(v) {
   const c = v.card;
   const current = (n) => (c.target && c.target[n]) || '';
@@ -31,11 +47,13 @@ export function askChange(v) {
     kind('keep', t('eventsKeep'), true), kind('all', t('eventsAll'), false), kind('only', t('eventsOnly'), false, ' ', only),
     el('p', { class: 'field-error', id: 'change-events-error', role: 'alert' }));
   only.addEventListener('focus', () => { events.querySelector('input[value="only"]').checked = true; });
+  const tuning = settings.map((n) => field('change', n, { value: shown(c[n]), optional: true }));
+  for (const f of tuning) f.querySelector('input').setAttribute('inputmode', 'decimal');
   const box = el('div', { class: 'change-fields' },
     el('p', { class: 'help' }, t('changeExplain')),
     names.length ? el('p', { class: 'help' }, t('changeRoleNote')) : null,
     names.map((n) => field('change', n, { value: current(n), optional: n === 'kms_key_arn', help: false })),
-    events);
+    events, tuning);
   openDialog({
     title: t('changeTitle', { id: c.id }),
     body: [box],
@@ -48,6 +66,10 @@ export function askChange(v) {
       for (const n of names) {
         const value = box.querySelector('input[name="' + n + '"]').value.trim();
         if (value !== current(n)) body[n] = value;
+      }
+      for (const n of settings) {
+        const text = box.querySelector('input[name="' + n + '"]').value.trim();
+        if (text !== shown(c[n])) body[n] = settingValue(text);
       }
       const chosen = box.querySelector('input[name="events-kind"]:checked').value;
       if (chosen === 'all') body.events = [];

@@ -244,10 +244,12 @@ export interface paths {
         options?: never;
         head?: never;
         /**
-         * Change the role, KMS key or event filter of a destination the API made
+         * Change the role, KMS key, event filter, window or rate cap of a destination the API made
          * @description The target never changes (a field of it answers 400). A new role or key sends the
-         *     destination back to `pending` until checked; the ExternalId stays. What the config
-         *     file defines answers 409 `FAILED_PRECONDITION`.
+         *     destination back to `pending` until checked; the ExternalId stays. A new
+         *     `in_flight` or `max_rate` (null: the relay's default window, no cap) takes effect
+         *     at once, its status and cursor kept. What the config file defines answers 409
+         *     `FAILED_PRECONDITION`.
          */
         patch: operations["changeDestination"];
         trace?: never;
@@ -862,6 +864,13 @@ export interface components {
             created_at: string | null;
             /** @description The short types it delivers, like job.completed (its filter); empty: all. */
             events: string[];
+            /** @description Its window as it applies (its own, else the relay's delivery.in_flight): how many writes may be in flight at once. Events of one ordering key (the store id, else the account id) are written one at a time, in arrival order; 1 writes everything in arrival order. */
+            in_flight: number;
+            /**
+             * Format: double
+             * @description Its cap on writes per second; null: none.
+             */
+            max_rate: number | null;
         };
         /** @description A destination as the API shows it. `lag` and `replayable_from` are on the destination routes' cards, not on snapshots. */
         Card: components["schemas"]["CardFields"];
@@ -917,12 +926,23 @@ export interface components {
             topic_id?: string;
             /** @description Short types to deliver, like job.completed (default all). */
             events?: string[];
+            in_flight?: components["schemas"]["InFlightSetting"];
+            max_rate?: components["schemas"]["MaxRateSetting"];
         };
         DestinationChange: {
             role_arn?: string;
             kms_key_arn?: string;
             events?: string[];
+            in_flight?: components["schemas"]["InFlightSetting"];
+            max_rate?: components["schemas"]["MaxRateSetting"];
         };
+        /** @description The destination's window: how many of its writes may be in flight at once, 1 (one at a time, everything in arrival order) to 64; events of one ordering key (the store id, else the account id) always go one at a time, in arrival order. Left out: unchanged (a create: the relay's default); null: the relay's default (delivery.in_flight). */
+        InFlightSetting: number | null;
+        /**
+         * Format: double
+         * @description A cap on the destination's writes per second, e.g. to leave room in the AWS account's EventBridge PutEvents quota, which every bus of the account shares. Left out: unchanged (a create: none); null: no cap.
+         */
+        MaxRateSetting: number | null;
         Account: {
             id: string;
             tenants: string[];
@@ -1752,7 +1772,9 @@ export interface operations {
                      *           "replayable_from": "2026-12-03T18:22:24Z",
                      *           "managed_by": "config",
                      *           "created_at": "2026-12-04T18:22:23.369Z",
-                     *           "events": []
+                     *           "events": [],
+                     *           "in_flight": 16,
+                     *           "max_rate": null
                      *         }
                      *       ],
                      *       "next_page_token": null,
@@ -1882,7 +1904,9 @@ export interface operations {
                      *       "replayable_from": "2026-12-03T18:22:40Z",
                      *       "managed_by": "api",
                      *       "created_at": "2026-12-04T18:22:39.12Z",
-                     *       "events": []
+                     *       "events": [],
+                     *       "in_flight": 16,
+                     *       "max_rate": null
                      *     }
                      */
                     "application/json": components["schemas"]["Card"];
@@ -1980,7 +2004,9 @@ export interface operations {
                      *       "replayable_from": "2026-12-03T18:32:40Z",
                      *       "managed_by": "config",
                      *       "created_at": "2026-12-04T18:32:39.249Z",
-                     *       "events": []
+                     *       "events": [],
+                     *       "in_flight": 16,
+                     *       "max_rate": null
                      *     }
                      */
                     "application/json": components["schemas"]["Card"];
@@ -2120,7 +2146,9 @@ export interface operations {
                      *       "replayable_from": "2026-12-03T18:22:40Z",
                      *       "managed_by": "api",
                      *       "created_at": "2026-12-04T18:22:39.12Z",
-                     *       "events": []
+                     *       "events": [],
+                     *       "in_flight": 16,
+                     *       "max_rate": null
                      *     }
                      */
                     "application/json": components["schemas"]["Card"];
@@ -2214,6 +2242,8 @@ export interface operations {
                      *       "managed_by": "config",
                      *       "created_at": "2026-12-04T18:22:23.517Z",
                      *       "events": [],
+                     *       "in_flight": 16,
+                     *       "max_rate": null,
                      *       "write_in_flight": false
                      *     }
                      */
@@ -2318,6 +2348,8 @@ export interface operations {
                      *       "managed_by": "config",
                      *       "created_at": "2026-12-04T18:23:03.573Z",
                      *       "events": [],
+                     *       "in_flight": 16,
+                     *       "max_rate": null,
                      *       "write_in_flight": false
                      *     }
                      */
@@ -2460,6 +2492,8 @@ export interface operations {
                      *       "managed_by": "config",
                      *       "created_at": "2026-12-04T18:23:03.573Z",
                      *       "events": [],
+                     *       "in_flight": 16,
+                     *       "max_rate": null,
                      *       "replay": {
                      *         "cursor": "0-0",
                      *         "pending": false
@@ -3158,7 +3192,9 @@ export interface operations {
                      *           "sequence": 0,
                      *           "managed_by": "config",
                      *           "created_at": "2026-12-04T18:22:23.517Z",
-                     *           "events": []
+                     *           "events": [],
+                     *           "in_flight": 16,
+                     *           "max_rate": null
                      *         }
                      *       }
                      *     }
