@@ -43,13 +43,18 @@ import (
 // lower end within 1% of it (5 s and 9 s a pair); 5 for 100 destinations (no aim); 3 for
 // the ingest row (no bare path); 4 for 100,000 destinations, whose relay takes a minute
 // to start (two in each sitting); 1 for the memory rows, whose figures are one delta
-// each. The whole run stays under 30 minutes.
-const defaultRuns = "1:1500:200:1024:5:9,1:10000:2000:1024:5,1:2000:0:1024:5,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:5,1000:20:0:1024:24:28,10000:3:0:1024:24:28,100000:1:0:1024:4"
+// each. Then the rows with the bus late (lateRuns, late.go), 5 runs each of 3 to 8 s.
+// The whole run stays under 30 minutes.
+const defaultRuns = "1:1500:200:1024:5:9,1:10000:2000:1024:5,1:2000:0:1024:5,0:20000:0:1024:3,1:10000:0:1024:1,2:10000:0:1024:1,100:200:0:1024:5,1000:20:0:1024:24:28,10000:3:0:1024:24:28,100000:1:0:1024:4," + lateRuns
 
-func parseRun(r string) (benchRun, error) {
+func parseRun(spec string) (benchRun, error) {
+	r, late, delayed, err := parseLate(spec)
+	if err != nil {
+		return benchRun{}, err
+	}
 	p := strings.Split(r, ":")
 	if len(p) < 3 || len(p) > 6 {
-		return benchRun{}, fmt.Errorf("-runs %q: want destinations:events:rate[:bytes[:repeats[:most]]] (0 destinations: ingest alone)", r)
+		return benchRun{}, fmt.Errorf("-runs %q: want destinations:events:rate[:bytes[:repeats[:most]]][@delay] (0 destinations: ingest alone)", r)
 	}
 	n := []int{0, 0, 0, 1024, 1, 0}
 	for i, f := range p {
@@ -62,13 +67,25 @@ func parseRun(r string) (benchRun, error) {
 	if len(p) == 6 && n[5] < n[4] {
 		return benchRun{}, fmt.Errorf("-runs %q: the most pairs (%d) is fewer than the least (%d)", r, n[5], n[4])
 	}
-	return benchRun{dests: n[0], events: n[1], rate: n[2], size: n[3], repeats: n[4], most: n[5]}, nil
+	if delayed && n[0] == 0 {
+		return benchRun{}, fmt.Errorf("-runs %q: the ingest row has no bus to be late", spec)
+	}
+	return benchRun{dests: n[0], events: n[1], rate: n[2], size: n[3], repeats: n[4], most: n[5], late: late, delayed: delayed}, nil
 }
 
+// parseRuns reads -runs: rows separated by commas; "late" stands for lateRuns.
 func parseRuns(s string) ([]benchRun, error) {
 	var runs []benchRun
 	for _, r := range strings.Split(s, ",") {
 		if r == "" {
+			continue
+		}
+		if r == "late" {
+			late, err := parseRuns(lateRuns)
+			if err != nil {
+				return nil, err
+			}
+			runs = append(runs, late...)
 			continue
 		}
 		br, err := parseRun(r)
@@ -87,6 +104,10 @@ type benchRun struct {
 	most                int    // the most repetitions it may run until its verdicts settle; 0: maxRepeats's rule
 	cluster             bool   // on the Redis Cluster of -cluster-redis, not the server of -redis
 	baseline            string // not "": the -baseline-relay binary (built at this rev) runs the row
+	// delayed: the relay writes to the bus through a delay proxy that holds each answer
+	// late (0: through the proxy, at once); late.go.
+	late    time.Duration
+	delayed bool
 }
 
 // ingestOnly is the row of no destination: the relay ingests into the account's log and
@@ -100,7 +121,7 @@ func (r benchRun) ingestOnly() bool { return r.dests == 0 }
 // the one-destination throughput row (1:2000:0, 5 pairs or more) adds up to as many
 // and is no memory row.
 func (r benchRun) memoryRow() bool {
-	return (r.dests == 1 || r.dests == 2) && r.rate == 0 && r.events >= aimMemDeliveries
+	return (r.dests == 1 || r.dests == 2) && r.rate == 0 && r.events >= aimMemDeliveries && !r.delayed
 }
 
 // Sittings. A row of two or more pairs runs them in two sittings: the first half of
@@ -267,7 +288,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&e.amqpURL, "amqp", "", "broker URL (127.0.0.1)")
 	fs.StringVar(&redisURL, "redis", "", "Redis URL (127.0.0.1); FLUSHALL before each run")
 	fs.StringVar(&runsFlag, "runs", defaultRuns,
-		"runs as destinations:events:rate[:bytes[:repeats[:most]]] (destinations 0 = ingest alone; rate 0 = as fast as confirms allow; bytes default 1024, repeats (the least pairs) 1, most: until settled, by the row's rule)")
+		"runs as destinations:events:rate[:bytes[:repeats[:most]]][@delay] (destinations 0 = ingest alone; rate 0 = as fast as confirms allow; bytes default 1024, repeats (the least pairs) 1, most: until settled, by the row's rule; @100ms: the bus answers that late, through a delay proxy, @0s through it at once, judged on deliveries/s, no bare path); \"late\": the rows with the bus late ("+lateRuns+")")
 	fs.StringVar(&clusterURL, "cluster-redis", "", "Redis Cluster URL (redis://node?addr=node…, 127.0.0.1) for the -cluster-runs rows; FLUSHALL on every master before each")
 	fs.StringVar(&clusterRuns, "cluster-runs", "1000:20:0:1024:5", "rows run on -cluster-redis after the others, as -runs")
 	fs.StringVar(&e.baselineBin, "baseline-relay", "", "an older relay binary (the baseline) that runs the -baseline-runs rows too, in the same run")
@@ -406,7 +427,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	loadAfter := loadAvg()
 
-	aims := aimsTable(append(judgeAims(results), apiAims(apiRes, results)...)) + issue17Line(results)
+	aims := aimsTable(append(append(judgeAims(results), lateAims(results)...), apiAims(apiRes, results)...)) + issue17Line(results)
 	if aimsOut == "" {
 		fmt.Fprint(stdout, aims)
 	} else if err := os.WriteFile(aimsOut, []byte(aims), 0o644); err != nil {
@@ -428,7 +449,7 @@ type barePath interface {
 // fan-out for many, none (nil) for ingest.
 func (e *benchEnv) newBarePath(ctx context.Context, r benchRun, idx int) (barePath, error) {
 	switch {
-	case r.ingestOnly():
+	case r.ingestOnly(), r.delayed: // a late row is judged against its bound, not a bare path
 		return nil, nil
 	case r.dests == 1:
 		p, err := newBarePipeline(ctx, r, idx, e.amqpURL, e.key, e.bus, e.rabbitPID)
@@ -484,7 +505,13 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, s sitting, redisURL
 		return
 	}
 	exchange := fmt.Sprintf("bench.%d.%d", idx, time.Now().Unix())
-	rep, t0, err := e.startBenchRelay(ctx, r, idx, exchange, redisURL, rdb)
+	busURL, closeBus, err := e.startLateBus(r)
+	if err != nil {
+		res.err = err.Error()
+		return
+	}
+	defer closeBus() // after the relay is stopped
+	rep, t0, err := e.startBenchRelay(ctx, r, idx, exchange, redisURL, busURL, rdb)
 	if err != nil {
 		res.err = err.Error()
 		return
@@ -500,7 +527,7 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, s sitting, redisURL
 	logf("%d destinations: warm after %s, RSS %d kB", r.dests, startup.Round(time.Millisecond), rssIdle)
 	if s.first {
 		res.startup, res.rssIdle = startup, rssIdle
-		if !r.ingestOnly() {
+		if !r.ingestOnly() && !r.delayed { // no idle aim is read on a late row
 			if res.err = e.idleCost(ctx, r, rep, rdb, res); res.err != "" {
 				return
 			}
@@ -537,11 +564,16 @@ func (e *benchEnv) benchOne(ctx context.Context, r benchRun, s sitting, redisURL
 	}
 }
 
-// benchConfig is the config of row r's relay: its destinations on the bench's bus, each
-// with its own role. STS's budget per account is lifted (its default, 60 calls a
-// minute, would take 100,000 destinations hours to start); the one per destination
-// stays.
-func (e *benchEnv) benchConfig(r benchRun, idx int, exchange, redisURL string) string {
+// benchConfig is the config of row r's relay: its destinations on the bench's bus (at
+// busURL: a late row's delay proxy), each with its own role. STS's budget per account is
+// lifted (its default, 60 calls a minute, would take 100,000 destinations hours to
+// start); the one per destination stays. A late row's window is written out: the
+// default, the one its bound is computed with.
+func (e *benchEnv) benchConfig(r benchRun, idx int, exchange, redisURL, busURL string) string {
+	inFlight := ""
+	if r.delayed {
+		inFlight = fmt.Sprintf("\n  in_flight: %d", lateWindow)
+	}
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `identity:
   name: mercamap
@@ -556,11 +588,11 @@ aws:
   endpoints: {sts: %s, events: %s}
   sts_budget: {per_account: {count: 1000000, per: 1m}}
 delivery:
-  lease_ttl: 15s
+  lease_ttl: 15s%s
 accounts:
   - {id: acct_bench, tenants: [single-tenant]}
 destinations:
-`, e.amqpURL, exchange, exchange, redisURL, e.stsURL, e.bus.url)
+`, e.amqpURL, exchange, exchange, redisURL, e.stsURL, busURL, inFlight)
 	if r.ingestOnly() {
 		cfg.WriteString("  []\n")
 	}
@@ -574,9 +606,9 @@ destinations:
 // startBenchRelay writes row r's config, has the customer's side trust each
 // destination's ExternalId, and starts the relay, returned once it consumes with the
 // time it was started (the row's startup counts from then).
-func (e *benchEnv) startBenchRelay(ctx context.Context, r benchRun, idx int, exchange, redisURL string, rdb redis.UniversalClient) (*replica, time.Time, error) {
+func (e *benchEnv) startBenchRelay(ctx context.Context, r benchRun, idx int, exchange, redisURL, busURL string, rdb redis.UniversalClient) (*replica, time.Time, error) {
 	cfgPath := filepath.Join(e.stateDir, fmt.Sprintf("relay.bench.%d.yaml", idx))
-	if err := os.WriteFile(cfgPath, []byte(e.benchConfig(r, idx, exchange, redisURL)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(e.benchConfig(r, idx, exchange, redisURL, busURL)), 0o600); err != nil {
 		return nil, time.Time{}, err
 	}
 	// The customer's side: each role trusts its destination's ExternalId, read from Redis

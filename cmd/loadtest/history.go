@@ -60,7 +60,7 @@ func widenedFigures(r benchRun) []string {
 		figs = append(figs, figCPU)
 	}
 	switch {
-	case r.baseline != "":
+	case r.baseline != "", r.delayed:
 	case r.cluster && aimRow(aimClusterDests)(r):
 		figs = append(figs, figCluster)
 	case !r.cluster && aimRow(aimCPUDests)(r):

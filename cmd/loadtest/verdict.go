@@ -378,7 +378,7 @@ const (
 
 // cpuAim is the target of row r's whole-system CPU ratio, false when no aim is set on it.
 func cpuAim(r benchRun) (float64, bool) {
-	if r.size != aimSize || r.cluster || r.baseline != "" || r.memoryRow() {
+	if r.size != aimSize || r.cluster || r.baseline != "" || r.memoryRow() || r.delayed {
 		return 0, false
 	}
 	switch {
@@ -396,7 +396,7 @@ func cpuAim(r benchRun) (float64, bool) {
 
 // latAim says whether row r is one the latency ratio is judged on.
 func latAim(r benchRun) bool {
-	return r.dests == 1 && r.size == aimSize && !r.cluster && r.baseline == "" && (r.rate == aimLatencyRate || r.rate == aimLatFastRate)
+	return r.dests == 1 && r.size == aimSize && !r.cluster && r.baseline == "" && !r.delayed && (r.rate == aimLatencyRate || r.rate == aimLatFastRate)
 }
 
 // settled says whether another pair would not change row r's verdicts: every figure
