@@ -24,6 +24,10 @@
 #   (leased idle destinations).
 # - 1,000 destinations again on a private Redis Cluster of 3 masters + 3 replicas
 #   (cmd/loadtest redis-cluster, started like the tests' through internal/testpeer).
+# - The bus late (issue 53): 1 destination at 300/s and 100 destinations as fast as
+#   confirmed, the relay writing through a delay proxy (internal/netdelay) with the bus
+#   at once, 20 ms and 100 ms late; judged on deliveries/s against min(offered,
+#   destinations × window / round trip, the same row at once), no bare path.
 # Every row reports the CPU per delivery of the relay, Redis, the broker, the bus and the
 # load process (publisher, or the bare path's consumer or writers). Each of a row's runs
 # is followed by one of its bare path (ABAB…); the throughput rows are judged on their
@@ -31,14 +35,16 @@
 # (4 at 100,000 destinations, 1 for the memory rows), more while a verdict is unsure;
 # a row of two or more runs them in two sittings, the first half in a first pass over
 # the rows and the rest in a second, each on a fresh relay and bare path.
-# The report starts with the aims of issues 23, 30, 31 and 46, each with its figure, its
+# The report starts with the aims of issues 23, 30, 31, 46 and 53, each with its figure, its
 # spread and its verdict (met, NOT met, unsure); with BENCH_DOC unset that table is
 # printed on stdout too. Ingest beside a bare
 # consumer (issue 17's ingest aims) is `make bench-ingest`'s, no longer part of this run.
 #
 #   make bench                          all of it, then docs/benchmarks.md is updated
-#   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats[:most]]]),
+#   scripts/bench.sh -runs 1:2000:200   only these rows on one server (destinations:events:rate[:bytes[:repeats[:most]]][@delay]),
 #                                       then the cluster's rows (BENCH_CLUSTER_RUNS)
+#   BENCH_CLUSTER_RUNS=none BENCH_API=0 BENCH_DOC=- scripts/bench.sh -runs late
+#                                       only the rows with the bus late (about 3 minutes)
 #   BENCH_DOC=- scripts/bench.sh        print the report instead of writing the doc
 #   BENCH_CLUSTER_RUNS=<rows>|none      the cluster's rows (default 1000:20:0:1024:5); none: no cluster started
 #   BENCH_CLUSTER_ONLY=1 scripts/bench.sh   only the rows that compare the cluster with the server:
