@@ -215,6 +215,9 @@ func (d *Dispatcher) controlled(c store.Control) {
 	if w == nil || w.dest.Account != c.Account {
 		return // another replica's, or nobody's: the next holder reads the state first
 	}
+	if c.Ack == "" && w.knows(c.Version) {
+		return // the state in hand holds it already
+	}
 	if c.Ack != "" {
 		inFlight := w.halt()
 		if err := d.opts.Store.Ack(context.Background(), c.Account, c.Ack, w.token, inFlight); err != nil {

@@ -105,6 +105,16 @@ func (w *worker) controlAt(control int64) {
 	w.fence.Unlock()
 }
 
+// knows says the state in hand already holds the change of control version v: the
+// worker read the state since (its own setup check's activation, read before its
+// control entry came back). Such an entry changes nothing; making the state stale would
+// stop every write of the window until those in flight ended.
+func (w *worker) knows(v int64) bool {
+	w.fence.Lock()
+	defer w.fence.Unlock()
+	return v > 0 && v <= w.control
+}
+
 // leaseHeld says the lease is surely still ours at now.
 func (w *worker) leaseHeld(now time.Time) bool { return w.holding.held(now) }
 
