@@ -30,6 +30,7 @@ import (
 	"github.com/mercamap/relay"
 	"github.com/mercamap/relay/internal/awstest"
 	"github.com/mercamap/relay/internal/jobevent"
+	"github.com/mercamap/relay/internal/netdelay"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/testpeer"
 	"github.com/mercamap/relay/internal/upgrade"
@@ -45,24 +46,57 @@ import (
 // the channels every live replica serves stay gap-free and of the documented types; old
 // and new replicas show the same cards; the API's destinations and a console session
 // made on the old replicas outlive them.
+//
+// Once the last old replica is gone the deployment switches to this release's state
+// format by itself (a heartbeat later); deliveries go on across the switch, and a
+// replica of the previous release started after it refuses to start, saying why.
 func TestARollingUpgradeFromThePreviousReleaseLosesNothing(t *testing.T) {
 	onEachRedisMode(t, func(t *testing.T, redisURL string) {
 		r := startRoll(t, redisURL)
 		r.rollTo(r.newBin, "new")
+		r.waitDelivering("after the switch to state format " + fmt.Sprint(thisRelease().Target()))
+		r.checkRollbackRefused()
 		r.finish()
 	})
 }
 
 // TestARollbackBeforeTheSwitchLosesNothing rolls the previous release into this one as
-// the chart does, then back again the same way (an old replica started and ready, a new
-// one SIGTERMed, …), with the checks of the upgrade's test over the whole run.
+// the chart does, and back before the switch: a new replica replaces one old one, then
+// an old replica replaces it again, with the checks of the upgrade's test over the
+// whole run. The format in force stays 1 throughout.
 func TestARollbackBeforeTheSwitchLosesNothing(t *testing.T) {
 	onEachRedisMode(t, func(t *testing.T, redisURL string) {
 		r := startRoll(t, redisURL)
-		r.rollTo(r.newBin, "new")
+		r.rollSome(r.newBin, "new", 1)
 		r.rollTo(r.oldBin, "old")
 		r.finish()
 	})
+}
+
+// checkRollbackRefused starts a replica of the previous release after the switch: it
+// must exit non-zero at once with the guard's sentence, writing nothing.
+func (r *roll) checkRollbackRefused() {
+	t := r.t
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
+	metricsListen := fmt.Sprintf("127.0.0.1:%d", testpeer.FreePort(t))
+	cmd, logs := startRelay(t, r.oldBin, r.writeConfig(listen, metricsListen), rollEnv...)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a replica of relay %s started after the switch to state format %d is still running",
+			previousRelease().Version, thisRelease().Target())
+	}
+	want := fmt.Sprintf("relay %s cannot start", previousRelease().Version)
+	if err == nil || !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), fmt.Sprintf("state format %d", thisRelease().Target())) {
+		t.Fatalf("a replica of the previous release after the switch: exit %v, want it refused with %q naming state format %d; it logged:\n%s",
+			err, want, thisRelease().Target(), logs.String())
+	}
+	t.Logf("a replica of relay %s after the switch to state format %d: %v, %s", previousRelease().Version,
+		thisRelease().Target(), err, lineWith(logs.String(), want))
 }
 
 // onEachRedisMode runs test on a private Redis server and on the test binary's shared
@@ -89,8 +123,14 @@ const (
 	rollAdminToken = "roll-admin-token-0123456789abcdef"
 	rollAcct1Token = "roll-acct1-token-0123456789abcdef"
 	rollAcct2Token = "roll-acct2-token-0123456789abcdef"
-	// rollUncommittedMax is delivery.uncommitted_max: what a handover may send again.
+	// rollUncommittedMax is delivery.uncommitted_max.
 	rollUncommittedMax = 4
+	// rollRepeatsMax is what a handover may send again: a 0.2.0 replica's uncommitted
+	// writes, or a 0.3.0 replica's window while state format 1 is in force (what ended
+	// past the cursor: at most the look-ahead, 4 × the default in_flight of 16) and
+	// its uncommitted writes. Under format 2 a handover repeats at most in_flight +
+	// uncommitted_max.
+	rollRepeatsMax = 4*16 + rollUncommittedMax
 )
 
 // roll is a deployment of relay replicas on one queue and one Redis, delivering to six
@@ -108,6 +148,7 @@ type roll struct {
 	bus                    *awstest.EventBridge
 	kinesalite, kinesisURL string // kinesalite itself, and the proxy the relay writes through
 	ps                     *pstest.Server
+	busURL, psAddr         string // where the relay reaches EventBridge and Pub/Sub: late
 	dests                  []*rollDest
 	pub                    *rollPublisher
 	watch                  *channelWatch
@@ -168,9 +209,12 @@ func startRoll(t *testing.T, redisURL string) *roll {
 	awstest.CreateStream(t, r.kinesalite, "acct2-stream")
 	proxy := awstest.NewFaultProxy(t, r.kinesalite) // takes only writes signed with the STS's sessions
 	proxy.RequireSessionFrom(r.sts)
-	r.kinesisURL = proxy.URL
 	r.ps = pstest.NewServer()
 	t.Cleanup(func() { _ = r.ps.Close() })
+	// Every bus answers rollLatency late, as one in another region would: a 0.3.0
+	// replica has several writes in flight, a 0.2.0 one a write at a time.
+	r.busURL, r.kinesisURL = "http://"+lateProxy(t, r.bus.URL), "http://"+lateProxy(t, proxy.URL)
+	r.psAddr = lateProxy(t, r.ps.Addr)
 	admin, err := vkit.NewTopicAdminClient(context.Background(), option.WithEndpoint(r.ps.Addr), option.WithoutAuthentication(),
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
 	if err != nil {
@@ -299,7 +343,7 @@ destinations:
   - {id: orders-stream, account: acct_1, connector: kinesis, stream_arn: "arn:aws:kinesis:us-east-1:111122223333:stream/orders-stream", role_arn: "%s"}
   - {id: acct2-topic, account: acct_2, connector: pubsub, project_id: acme-prod, topic_id: acct2-topic}
   - {id: acct2-stream, account: acct_2, connector: kinesis, stream_arn: "arn:aws:kinesis:us-east-1:111122223333:stream/acct2-stream", role_arn: "%s"}
-`, r.amqpURL, r.exchange, r.queue, r.redisURL, listen, metricsListen, r.sts.URL, r.bus.URL, r.kinesisURL, r.ps.Addr,
+`, r.amqpURL, r.exchange, r.queue, r.redisURL, listen, metricsListen, r.sts.URL, r.busURL, r.kinesisURL, r.psAddr,
 		rollUncommittedMax, rollRole("orders-bus"), rollRole("orders-stream"), rollRole("acct2-stream"))
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		r.t.Fatal(err)
@@ -432,9 +476,12 @@ func (r *roll) waitUntil(timeout time.Duration, what string, cond func() bool) {
 // (reading every card on it and on the replica about to go), SIGTERM an old one and
 // wait for its exit, then see every destination delivering. Once all are replaced, it
 // checks what the customers made is still there (checkKept).
-func (r *roll) rollTo(bin, release string) {
+func (r *roll) rollTo(bin, release string) { r.rollSome(bin, release, len(r.live())) }
+
+// rollSome replaces n of the live replicas as rollTo does, oldest first.
+func (r *roll) rollSome(bin, release string, n int) {
 	r.t.Helper()
-	for _, old := range r.live() {
+	for _, old := range r.live()[:n] {
 		p := r.start(release, bin)
 		r.checkStatus("with " + p.name + " beside " + old.name)
 		r.sameCards(old, p)
@@ -447,8 +494,10 @@ func (r *roll) rollTo(bin, release string) {
 
 // checkStatus runs this release's relay upgrade status beside the deployment: it lists
 // every live replica, and only those, with the release it runs (a replica of the
-// previous release as the release before this one in upgrade.Releases), state format 1 in force
-// and nothing pending; each new replica's /metrics names its release.
+// previous release as the release before this one in upgrade.Releases); state format 1
+// in force and the switch waiting while a replica of the previous release lives, this
+// release's format and nothing pending once none does; each new replica's /metrics
+// names its release.
 func (r *roll) checkStatus(when string) {
 	r.t.Helper()
 	var out string
@@ -468,7 +517,15 @@ func (r *roll) checkStatus(when string) {
 				return false
 			}
 		}
-		return strings.Contains(s, "state format: 1 in force") && strings.Contains(s, "pending:      nothing")
+		// While a replica of the previous release lives, format 1 stays in force and the
+		// switch to this release's waits for it; once none does, the switch comes by
+		// itself a heartbeat later.
+		if slices.ContainsFunc(live, func(p *replica) bool { return p.bin == r.oldBin }) {
+			return strings.Contains(s, "state format: 1 in force") &&
+				strings.Contains(s, fmt.Sprintf("pending:      the switch to state format %d waits for", thisRelease().Target()))
+		}
+		return strings.Contains(s, fmt.Sprintf("state format: %d in force (since relay %s switched", thisRelease().Target(), relay.Version())) &&
+			strings.Contains(s, "pending:      nothing")
 	})
 	r.checkNoneExitedAlone()
 	if !ok {
@@ -532,7 +589,7 @@ func (r *roll) sameCards(a, b *replica) {
 // rollAddedCardFields are the card's fields this release adds (CHANGELOG.md, Added): a
 // replica of the previous release does not have them, so during a roll a card from it
 // lacks them. Every other field must be the same from either release.
-var rollAddedCardFields = []string{"events", "in_flight", "max_rate"}
+var rollAddedCardFields = []string{"in_flight", "max_rate"}
 
 // dropAdded takes out of p's card, when p runs this release and other the previous one,
 // the fields this release adds that other's card lacks.
@@ -617,10 +674,12 @@ func (r *roll) finish() {
 	t.Logf("%d events confirmed (%d unconfirmed), %d handovers, %d channel reads (%d answered 410), %d channel events checked",
 		len(r.pub.confirmedIDs()), len(r.pub.unconfirmedIDs()), r.stops, r.watch.reads, r.watch.expired, r.watch.events)
 
-	want := map[string][]string{} // account → its confirmed events, in the confirmed order
+	want := map[string][]string{}    // account → its confirmed events, in the confirmed order
+	byStore := map[string][]string{} // account and store → its confirmed events, in order
 	published := map[string]bool{}
 	for _, e := range r.pub.confirmedIDs() {
 		want[e.account] = append(want[e.account], e.id)
+		byStore[e.account+" "+e.store] = append(byStore[e.account+" "+e.store], e.id)
 		published[e.account+" "+e.id] = true
 	}
 	for _, id := range r.pub.unconfirmedIDs() {
@@ -650,11 +709,18 @@ func (r *roll) finish() {
 				firsts = append(firsts, id)
 			}
 		}
-		if n := outOfOrder(want[d.account], firsts); n > 0 {
-			t.Errorf("%s: %d of %d events first arrived out of the publisher's confirmed order", d.id, n, len(want[d.account]))
+		// Order is per ordering key (the store): each store's events first arrived in
+		// the publisher's confirmed order.
+		for key, ids := range byStore {
+			if acct, _, _ := strings.Cut(key, " "); acct != d.account {
+				continue
+			}
+			if n := outOfOrder(ids, firsts); n > 0 {
+				t.Errorf("%s: %d of %s's %d events first arrived out of the publisher's confirmed order", d.id, n, key, len(ids))
+			}
 		}
-		if most := rollUncommittedMax * r.stops; len(repeats) > most {
-			t.Errorf("%s: %d events written again, want at most %d (uncommitted_max %d × %d handovers)", d.id, len(repeats), most, rollUncommittedMax, r.stops)
+		if most := rollRepeatsMax * r.stops; len(repeats) > most {
+			t.Errorf("%s: %d events written again, want at most %d (%d × %d handovers)", d.id, len(repeats), most, rollRepeatsMax, r.stops)
 		}
 		if foreign > 0 {
 			t.Errorf("%s: %d writes of events its account was never sent", d.id, foreign)
@@ -746,8 +812,12 @@ type rollPublisher struct {
 	err         error
 }
 
-// publishedEvent is a confirmed event and the account its tenant routes to.
-type publishedEvent struct{ id, account string }
+// publishedEvent is a confirmed event, the account its tenant routes to and its store:
+// the ordering key, within which the bus must see the confirmed order.
+type publishedEvent struct{ id, account, store string }
+
+// rollStores is how many stores each account's events name.
+const rollStores = 10
 
 func startRollPublisher(t *testing.T, ch *amqp.Channel, exchange string, interval time.Duration) *rollPublisher {
 	key, _ := hex.DecodeString(testKeyHex)
@@ -766,7 +836,9 @@ func startRollPublisher(t *testing.T, ch *amqp.Channel, exchange string, interva
 			if i%2 == 1 {
 				tenant, account = "t2", "acct_2"
 			}
-			job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-4343-7000-8000-%012d", i), Status: "completed", Tenant: tenant}
+			// Ten stores an account: keys whose writes overlap in a 0.3.0 replica's window.
+			storeID := fmt.Sprintf("store-%d", (i/2)%rollStores)
+			job := jobevent.Job{ID: fmt.Sprintf("0190f2a4-4343-7000-8000-%012d", i), Status: "completed", Tenant: tenant, StoreID: storeID}
 			dc, err := ch.PublishWithDeferredConfirm(exchange, job.RoutingKey(), false, false, jobevent.Build(job, exchange, key, time.Now()))
 			if err != nil {
 				p.mu.Lock()
@@ -779,7 +851,7 @@ func startRollPublisher(t *testing.T, ch *amqp.Channel, exchange string, interva
 			cancel()
 			p.mu.Lock()
 			if acked && err == nil {
-				p.confirmed = append(p.confirmed, publishedEvent{job.EventID(), account})
+				p.confirmed = append(p.confirmed, publishedEvent{job.EventID(), account, storeID})
 			} else {
 				p.unconfirmed = append(p.unconfirmed, job.EventID())
 			}
@@ -829,4 +901,19 @@ func (p *rollPublisher) unconfirmedIDs() []string {
 func previousRelease() upgrade.Release {
 	known := upgrade.Releases(relay.Version())
 	return known[len(known)-2]
+}
+
+// rollLatency is how late every bus of the roll answers.
+const rollLatency = 20 * time.Millisecond
+
+// lateProxy puts a proxy in front of addr (host:port, or a URL) whose answers arrive
+// rollLatency late, and returns its host:port.
+func lateProxy(t *testing.T, addr string) string {
+	t.Helper()
+	p, err := netdelay.Listen("127.0.0.1:0", strings.TrimPrefix(addr, "http://"), rollLatency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p.Addr()
 }
