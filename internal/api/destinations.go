@@ -132,15 +132,22 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 		s.replayDryRun(w, r, d, point, body.AfterEvent)
 		return
 	}
-	if !s.allow(w, r, p, d, replayAction) {
+	// A point the log no longer keeps is known here, before any limit is spent; one
+	// only Redis can tell (an after_event it does not hold) gives its tokens back.
+	if oldest := s.opts.Destinations.ReplayableFrom(); body.From != "" && point.From.Before(oldest) {
+		writeError(w, errTooOld(oldest))
+		return
+	}
+	g, ok := s.allow(w, r, p, d, replayAction)
+	if !ok {
 		return
 	}
 	res, err := s.opts.Destinations.Replay(r.Context(), d.ID, point)
+	s.settle(r.Context(), g, err)
 	var tooOld store.ErrTooOld
 	switch {
 	case errors.As(err, &tooOld):
-		writeError(w, errInvalid("the replay point is older than the log keeps; the oldest point still replayable (the card's replayable_from) is "+
-			tooOld.Oldest.UTC().Format(time.RFC3339)))
+		writeError(w, errTooOld(tooOld.Oldest))
 		return
 	case errors.Is(err, store.ErrNoSuchEvent):
 		writeError(w, errInvalid("the account's log holds no event "+strconv.Quote(body.AfterEvent)+
@@ -157,6 +164,12 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	writeJSON(w, http.StatusOK, replayedCard{Card: card, Replay: replayAnswer{Cursor: res.Cursor, Pending: res.Pending}})
+}
+
+// errTooOld is the 400 for a replay point older than oldest, the log's oldest point.
+func errTooOld(oldest time.Time) *apiError {
+	return errInvalid("the replay point is older than the log keeps; the oldest point still replayable (the card's replayable_from) is " +
+		oldest.UTC().Format(time.RFC3339))
 }
 
 // replayedCard is the answer to a replay: the card after it, and the replay.
@@ -184,10 +197,15 @@ type changedCard struct {
 func (s *Server) changeStatus(w http.ResponseWriter, r *http.Request, p principal, done string, kind action,
 	change func(context.Context, string, bool) (dispatch.Change, error)) {
 	d, ok := s.lookup(w, r, p)
-	if !ok || !s.allow(w, r, p, d, kind) {
+	if !ok {
+		return
+	}
+	g, ok := s.allow(w, r, p, d, kind)
+	if !ok {
 		return
 	}
 	res, err := change(r.Context(), d.ID, p.admin)
+	s.settle(r.Context(), g, err)
 	if errors.Is(err, dispatch.ErrOperatorDisabled) {
 		s.forbidOperatorDisabled(w, r, d)
 		return
@@ -233,10 +251,12 @@ func (s *Server) test(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	// Each test is a probe and a session on our one AWS principal: one account's tests
 	// must not spend the STS rate every other customer's sessions need.
-	if !s.allow(w, r, p, d, testAction) {
+	g, ok := s.allow(w, r, p, d, testAction)
+	if !ok {
 		return
 	}
 	outcome, err := s.opts.Destinations.Test(r.Context(), d.ID)
+	s.settle(r.Context(), g, err) // held back by our STS pacing: nothing was sent
 	var held dispatch.HeldBack
 	if errors.As(err, &held) {
 		// The relay's own pacing of STS, not the customer's setup: one sentence, when.

@@ -77,21 +77,11 @@ func fieldsOf(ps config.Problems) []fieldProblem {
 }
 
 // spendChange takes one create, change or delete from acct's budget (every replica's
-// together); false when it answered 429 or 503.
-func (s *Server) spendChange(w http.ResponseWriter, r *http.Request, acct string) bool {
-	lim := s.limits.Load()
-	v, err := s.limiter.Spend(r.Context(), acct, 1, ratelimit.Limit{Key: "destination_changes:account",
-		What: "destination creates, changes and deletes for an account", Rate: lim.DestinationChangesPerAccount})
-	switch {
-	case err != nil:
-		s.log.Warn("the destination change limit could not be read", "account", acct, "error", err)
-		writeError(w, errUnavailable("the relay could not check this account's limits (Redis did not answer); nothing was changed: try again"))
-		return false
-	case !v.OK:
-		writeError(w, errExhausted("too many "+v.Empty.What+": "+strconv.Itoa(v.Empty.Rate.Count)+" per "+v.Empty.Rate.Per.String()+"; try again later", v.Wait))
-		return false
-	}
-	return true
+// together); false when it answered 429 or 503. The caller settles the grant: a change
+// refused after it (an id taken, a destination deleted meanwhile) gives it back.
+func (s *Server) spendChange(w http.ResponseWriter, r *http.Request, acct string) (grant, bool) {
+	return s.spend(w, r, acct, ratelimit.Limit{Key: "destination_changes:account",
+		What: "destination creates, changes and deletes for an account", Rate: s.limits.Load().DestinationChangesPerAccount})
 }
 
 // newDestinationID is the id the relay makes when a create names none.
@@ -144,9 +134,6 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 		writeError(w, errFields("the destination has problems; nothing was made", ps))
 		return
 	}
-	if !s.spendChange(w, r, acct) {
-		return
-	}
 	taken := errExists("destination id " + strconv.Quote(d.ID) + " is taken: choose another, or leave id out and the relay makes one")
 	fileCount := 0
 	for _, fd := range cfg.Destinations {
@@ -157,6 +144,10 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 		if fd.Account == acct {
 			fileCount++
 		}
+	}
+	g, ok := s.spendChange(w, r, acct)
+	if !ok {
+		return
 	}
 	rec := registry.Record{ID: d.ID, Account: acct, Connector: string(conn), BusARN: d.BusARN, StreamARN: d.StreamARN,
 		RoleARN: d.RoleARN, KMSKeyARN: d.KMSKeyARN, ProjectID: d.ProjectID, TopicID: d.TopicID, Events: d.Events,
@@ -170,6 +161,9 @@ func (s *Server) createDestination(w http.ResponseWriter, r *http.Request, p pri
 	// the id to this create (it must not start a worker on state Forget then deletes).
 	defer s.opts.Destinations.Making(d.ID)()
 	id, made, err := s.opts.Registry.Create(r.Context(), rec, idem, most)
+	if s.settle(r.Context(), g, err); err == nil && !made {
+		s.refund(r.Context(), g) // a retried create makes nothing: its first spent already
+	}
 	switch {
 	case errors.Is(err, registry.ErrExists):
 		writeError(w, taken)
@@ -267,17 +261,17 @@ func (s *Server) patchDestination(w http.ResponseWriter, r *http.Request, p prin
 		writeError(w, errFields("the change has problems; nothing was changed", ps))
 		return
 	}
-	if !s.spendChange(w, r, d.Account) {
+	g, ok := s.spendChange(w, r, d.Account)
+	if !ok {
 		return
 	}
 	rec, err := s.opts.Registry.Get(r.Context(), d.ID)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	if err == nil {
+		rec.RoleARN, rec.KMSKeyARN, rec.Events = nd.RoleARN, nd.KMSKeyARN, nd.Events
+		rec.InFlight, rec.MaxRate = nd.InFlight, nd.MaxRate
+		err = s.opts.Registry.Update(r.Context(), rec)
 	}
-	rec.RoleARN, rec.KMSKeyARN, rec.Events = nd.RoleARN, nd.KMSKeyARN, nd.Events
-	rec.InFlight, rec.MaxRate = nd.InFlight, nd.MaxRate
-	if err := s.opts.Registry.Update(r.Context(), rec); err != nil {
+	if s.settle(r.Context(), g, err); err != nil { // deleted meanwhile: 404, nothing changed
 		s.fail(w, r, err)
 		return
 	}
@@ -300,7 +294,11 @@ func (s *Server) patchDestination(w http.ResponseWriter, r *http.Request, p prin
 
 func (s *Server) deleteDestination(w http.ResponseWriter, r *http.Request, p principal) {
 	d, ok := s.lookup(w, r, p)
-	if !ok || !s.managedHere(w, d) || !s.spendChange(w, r, d.Account) {
+	if !ok || !s.managedHere(w, d) {
+		return
+	}
+	g, ok := s.spendChange(w, r, d.Account)
+	if !ok {
 		return
 	}
 	ch, err := s.opts.Destinations.Delete(r.Context(), d.ID, func(ctx context.Context) error {
@@ -310,6 +308,7 @@ func (s *Server) deleteDestination(w http.ResponseWriter, r *http.Request, p pri
 		}
 		return err
 	})
+	s.settle(r.Context(), g, err)
 	if errors.Is(err, destination.ErrNotFound) {
 		writeError(w, errNotFound("no destination "+strconv.Quote(d.ID)+" under "+string(d.Connector)))
 		return

@@ -37,8 +37,7 @@ func (s *Server) replayDryRun(w http.ResponseWriter, r *http.Request, d destinat
 	var tooOld store.ErrTooOld
 	switch {
 	case errors.As(err, &tooOld):
-		writeError(w, errInvalid("the replay point is older than the log keeps; the oldest point still replayable (the card's replayable_from) is "+
-			tooOld.Oldest.UTC().Format(time.RFC3339)))
+		writeError(w, errTooOld(tooOld.Oldest))
 		return
 	case errors.Is(err, store.ErrNoSuchEvent):
 		writeError(w, errInvalid("the account's log holds no event "+strconv.Quote(afterEvent)+

@@ -22,10 +22,12 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request, p principal) {
 	if !ok {
 		return
 	}
-	if !s.allow(w, r, p, d, plainAction) {
+	g, ok := s.allow(w, r, p, d, plainAction)
+	if !ok {
 		return
 	}
 	req, err := s.opts.Destinations.Retry(r.Context(), d.ID, n)
+	s.settle(r.Context(), g, err)
 	var notActive store.ErrNotActive
 	var notRetryable store.ErrNotRetryable
 	switch {

@@ -55,3 +55,60 @@ func TestLocalKeepsEachAccountsBucketsApart(t *testing.T) {
 		t.Fatalf("acct_1's third: %+v, want refused by %+v, 30s", v, acct)
 	}
 }
+
+// TestARefundGivesBackOnlyWhatItsSpendTook: a refused action's tokens come back while
+// they cannot have refilled yet, never past the bucket's count; a refund older than
+// that (the bucket may have been full since, and spent by others) gives nothing.
+func TestARefundGivesBackOnlyWhatItsSpendTook(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	l := &Local{Now: func() time.Time { return now }}
+	ctx := t.Context()
+	dest := Limit{Key: "replay:destination:d1", Rate: config.Rate{Count: 2, Per: time.Minute}} // one per 30 s
+	first, _ := l.Spend(ctx, "acct_1", 1, dest)
+	second, _ := l.Spend(ctx, "acct_1", 1, dest)
+	if !first.OK || !second.OK || first.At != now {
+		t.Fatalf("two spends of a bucket of 2: %+v, %+v", first, second)
+	}
+	now = now.Add(10 * time.Second)
+	if err := l.Refund(ctx, "acct_1", 1, second.At, dest); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := l.Spend(ctx, "acct_1", 1, dest); !v.OK {
+		t.Fatalf("after a refund 10s on: %+v, want the token back", v)
+	}
+	// 40 s after the first spend its token has refilled: giving it back would be one
+	// more than the rate.
+	now = now.Add(30 * time.Second)
+	if v, _ := l.Spend(ctx, "acct_1", 1, dest); !v.OK {
+		t.Fatalf("the refilled token: %+v", v)
+	}
+	if err := l.Refund(ctx, "acct_1", 1, first.At, dest); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := l.Spend(ctx, "acct_1", 1, dest); v.OK {
+		t.Fatal("a refund 40s after its spend (a token refills in 30s) gave a token back")
+	}
+	other := Limit{Key: "replay:destination:d2", Rate: dest.Rate}
+	if err := l.Refund(ctx, "acct_1", 2, now, other); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if v, _ := l.Spend(ctx, "acct_1", 1, other); v.OK != (i < 2) {
+			t.Fatalf("spend %d of a bucket never spent, after a refund to it: %+v; a refund never fills past the count", i+1, v)
+		}
+	}
+}
+
+func TestRefundableOnlyWithinTheRefillOfWhatWasSpent(t *testing.T) {
+	r := config.Rate{Count: 4, Per: time.Minute} // one per 15 s
+	for _, c := range []struct {
+		n       int
+		elapsed time.Duration
+		want    bool
+	}{{1, 0, true}, {1, 14 * time.Second, true}, {1, 15 * time.Second, false}, {2, 29 * time.Second, true},
+		{2, 30 * time.Second, false}, {1, -time.Second, false}} {
+		if got := Refundable(r, c.n, c.elapsed); got != c.want {
+			t.Errorf("Refundable(%v, %d, %s) = %v, want %v", r, c.n, c.elapsed, got, c.want)
+		}
+	}
+}

@@ -22,6 +22,7 @@ func TestStoretestKeysAreTheStoresOwn(t *testing.T) {
 		{storetest.ChanSeqKey(acct, channel), chanSeqKey(acct, channel)},
 		{storetest.DedupKey(acct), dedupKey(acct)},
 		{storetest.TrimKey(acct), trimKey(acct)},
+		{storetest.BucketKey(acct, "action:account"), bucketKey(acct, "action:account")},
 		{storetest.SignInCodeKey(acct, code), signInCodeKey(acct, sha256.Sum256([]byte(code)))},
 		{storetest.TokensKey, tokensKey},
 		{storetest.ReplicasKey, replicasKey},

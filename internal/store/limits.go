@@ -24,8 +24,9 @@ func (s *Store) Limiter() *Limiter { return &Limiter{s: s} }
 func bucketKey(acct, key string) string { return "relay:{" + acct + "}:rl:" + key }
 
 // spendScript spends ARGV[1] tokens from every bucket of KEYS, or from none. ARGV then
-// holds each bucket's count and period in milliseconds. It answers {1} when it spent,
-// or {0, wait in ms, the 1-based index of the bucket that waits longest}.
+// holds each bucket's count and period in milliseconds. It answers {1, now} when it
+// spent (now: Redis's clock in ms, what a refund is given), or {0, wait in ms, the
+// 1-based index of the bucket that waits longest}.
 var spendScript = redis.NewScript(luaNow + `
 local n = tonumber(ARGV[1])
 local levels, wait, empty = {}, 0, 0
@@ -46,7 +47,33 @@ for i, key in ipairs(KEYS) do
   redis.call('HSET', key, 'l', string.format('%.6f', levels[i] - n), 't', now)
   redis.call('PEXPIRE', key, ARGV[2 * i + 1]) -- full again by then: a missing bucket is full
 end
-return {1}
+return {1, now}
+`)
+
+// refundScript gives ARGV[1] tokens, spent at ARGV[2] (Redis ms, the spend's now), back
+// to each bucket of KEYS that cannot have refilled them since: spent less than their
+// refill time ago (ratelimit.Refundable). ARGV then holds each bucket's count and period
+// in milliseconds, as for spendScript. A missing bucket is full: it gets nothing; one
+// full again is deleted, as if it had expired. The hash keeps spendScript's fields and
+// form, so any release's spend reads it.
+var refundScript = redis.NewScript(luaNow + `
+local n, spent = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i, key in ipairs(KEYS) do
+  local cap, per = tonumber(ARGV[2 * i + 1]), tonumber(ARGV[2 * i + 2])
+  local h = redis.call('HMGET', key, 'l', 't')
+  local level, at = tonumber(h[1]), tonumber(h[2])
+  if level and at and now >= spent and now - spent < n * per / cap then
+    if now > at then level = math.min(cap, level + cap * (now - at) / per) end
+    level = level + n
+    if level >= cap then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'l', string.format('%.6f', level), 't', now)
+      redis.call('PEXPIRE', key, per)
+    end
+  end
+end
+return 0
 `)
 
 // Spend spends n tokens from every bucket of limits, all of account's, or from none.
@@ -54,24 +81,48 @@ func (l *Limiter) Spend(ctx context.Context, account string, n int, limits ...ra
 	if len(limits) == 0 {
 		return ratelimit.Verdict{OK: true}, nil
 	}
-	keys := make([]string, len(limits))
-	args := []any{n}
-	for i, lim := range limits {
-		if lim.Rate.Count < 1 || lim.Rate.Per <= 0 {
-			return ratelimit.Verdict{}, fmt.Errorf("limit %s: a rate of %d per %s", lim.Key, lim.Rate.Count, lim.Rate.Per)
-		}
-		keys[i] = bucketKey(account, lim.Key)
-		args = append(args, lim.Rate.Count, max(lim.Rate.Per.Milliseconds(), 1))
+	keys, args, err := bucketArgs(account, limits, n)
+	if err != nil {
+		return ratelimit.Verdict{}, err
 	}
 	res, err := spendScript.Run(ctx, l.s.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return ratelimit.Verdict{}, err
 	}
-	if len(res) > 0 && res[0] == 1 {
-		return ratelimit.Verdict{OK: true}, nil
+	if len(res) > 1 && res[0] == 1 {
+		return ratelimit.Verdict{OK: true, At: time.UnixMilli(res[1])}, nil
 	}
 	if len(res) < 3 || res[2] < 1 || int(res[2]) > len(limits) {
 		return ratelimit.Verdict{}, fmt.Errorf("the spend script answered %v", res)
 	}
 	return ratelimit.Verdict{Wait: time.Duration(res[1]) * time.Millisecond, Empty: limits[res[2]-1]}, nil
+}
+
+// Refund gives back n tokens a Spend of limits took at spent (its Verdict.At, Redis's
+// clock) for an action that was then refused; see ratelimit.Limiter. One script: each
+// bucket is decided in the same step as every replica's spends from it.
+func (l *Limiter) Refund(ctx context.Context, account string, n int, spent time.Time, limits ...ratelimit.Limit) error {
+	if len(limits) == 0 || spent.IsZero() {
+		return nil
+	}
+	keys, args, err := bucketArgs(account, limits, n, spent.UnixMilli())
+	if err != nil {
+		return err
+	}
+	return refundScript.Run(ctx, l.s.rdb, keys, args...).Err()
+}
+
+// bucketArgs are the KEYS and ARGV of a spend or a refund of n tokens from limits:
+// first n and then lead, then each bucket's count and period in milliseconds.
+func bucketArgs(account string, limits []ratelimit.Limit, n int, lead ...any) ([]string, []any, error) {
+	keys := make([]string, len(limits))
+	args := append([]any{n}, lead...)
+	for i, lim := range limits {
+		if lim.Rate.Count < 1 || lim.Rate.Per <= 0 {
+			return nil, nil, fmt.Errorf("limit %s: a rate of %d per %s", lim.Key, lim.Rate.Count, lim.Rate.Per)
+		}
+		keys[i] = bucketKey(account, lim.Key)
+		args = append(args, lim.Rate.Count, max(lim.Rate.Per.Milliseconds(), 1))
+	}
+	return keys, args, nil
 }

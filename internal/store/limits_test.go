@@ -111,3 +111,103 @@ func TestASharedBucketRefillsEvenlyAndIsGoneOnceFull(t *testing.T) {
 		}
 	})
 }
+
+// TestASharedRefundGivesBackWhatItsSpendTookWhateverTheReplica: one replica gives back
+// what another's spend took (Redis's clock decides for both), a bucket given back
+// whole is gone as a full one expires, and a refund after its token could have
+// refilled gives nothing: the bucket was full meanwhile and what it lacks now another
+// spent.
+func TestASharedRefundGivesBackWhatItsSpendTookWhateverTheReplica(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		acct := "acct_refund"
+		a, b := st.Limiter(), New(st.Client()).Limiter()
+		lim := ratelimit.Limit{Key: "replay:destination:d1", Rate: config.Rate{Count: 2, Per: time.Hour}}
+		first, err := a.Spend(ctx, acct, 1, lim)
+		if err != nil || !first.OK || first.At.IsZero() {
+			t.Fatalf("the first spend: %+v, %v; want granted, with Redis's time", first, err)
+		}
+		second, _ := a.Spend(ctx, acct, 1, lim)
+		if v, _ := b.Spend(ctx, acct, 1, lim); v.OK || !second.OK {
+			t.Fatalf("a third spend of 2: %+v", v)
+		}
+		if err := b.Refund(ctx, acct, 1, second.At, lim); err != nil {
+			t.Fatal(err)
+		}
+		third, _ := b.Spend(ctx, acct, 1, lim)
+		if !third.OK {
+			t.Fatal("replica b's spend after it gave back replica a's token: refused")
+		}
+		for _, v := range []ratelimit.Verdict{first, third} {
+			if err := a.Refund(ctx, acct, 1, v.At, lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := st.Client().Exists(ctx, bucketKey(acct, lim.Key)).Val(); n != 0 {
+			t.Fatal("a bucket given back whole is still in Redis")
+		}
+
+		quick := ratelimit.Limit{Key: "action:destination:d1", Rate: config.Rate{Count: 1, Per: 2 * time.Second}}
+		old, _ := a.Spend(ctx, acct, 1, quick)
+		time.Sleep(quick.Rate.Per + 100*time.Millisecond) // full again: the bucket expired
+		if v, _ := b.Spend(ctx, acct, 1, quick); !v.OK || !old.OK {
+			t.Fatalf("the refilled bucket: %+v", v)
+		}
+		if err := a.Refund(ctx, acct, 1, old.At, quick); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := b.Spend(ctx, acct, 1, quick); v.OK {
+			t.Fatal("a refund older than its token's refill gave back one the bucket no longer lacked")
+		}
+	})
+}
+
+// TestSharedRefundsNeverLetMoreThroughThanTheCount: eight goroutines of two replicas
+// spend from a bucket of 50 an hour and give back every other token they got, as
+// refused actions do: what they kept and what the bucket still holds make 50 exactly.
+func TestSharedRefundsNeverLetMoreThroughThanTheCount(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		acct := "acct_refund_race"
+		limiters := []*Limiter{st.Limiter(), New(st.Client()).Limiter()}
+		lim := ratelimit.Limit{Key: "action:account", Rate: config.Rate{Count: 50, Per: time.Hour}}
+		var kept atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				l := limiters[g%2]
+				for i := range 20 {
+					v, err := l.Spend(ctx, acct, 1, lim)
+					switch {
+					case err != nil:
+						t.Error(err)
+						return
+					case !v.OK:
+					case i%2 == 0:
+						if err := limiters[(g+1)%2].Refund(ctx, acct, 1, v.At, lim); err != nil {
+							t.Error(err)
+							return
+						}
+					default:
+						kept.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		left := int64(0)
+		for {
+			v, err := st.Limiter().Spend(ctx, acct, 1, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !v.OK {
+				break
+			}
+			left++
+		}
+		if n := kept.Load(); n+left != 50 {
+			t.Fatalf("%d tokens kept and %d left in a bucket of 50: the refunds gave back %d more than they took", n, left, n+left-50)
+		}
+	})
+}

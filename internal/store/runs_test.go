@@ -203,59 +203,144 @@ func TestChannelRunsServeEveryEventAsItHappened(t *testing.T) {
 	})
 }
 
-// A destination deleted and made again with the same id numbers its events on from
-// where the old one stopped: the account channel's pointers to the old one's events
-// point at nothing and ask for a new snapshot, and never serve the new one's events in
-// their place; the new one's events come once, after.
+// A destination deleted and made again with the same id numbers its events past every
+// one the old one gave: on from its counter, or, once that expired (a day after the
+// delete, from state format 2), from the account channel's. The account channel's
+// pointers to the old one's events point at nothing and ask for a new snapshot, and
+// never serve the new one's events in their place; the new one's events come once,
+// after; a follower's cursor from the old channel reads none of the new one's events
+// as if it had seen them.
 func TestADestinationMadeAgainNeverLendsItsEventsToTheOldOnesPointers(t *testing.T) {
-	onEachRedis(t, func(t *testing.T, st *Store) {
-		ctx := context.Background()
-		r := Ref{Account: "acct_again_" + strconv.FormatInt(time.Now().UnixNano(), 36), ID: "orders", Connector: "eventbridge"}
-		commit := func(token int64, id string, kind string) {
-			t.Helper()
-			if _, err := st.Commit(ctx, Commit{Ref: r, Token: token, Kind: kind, EventID: id, Message: "m",
-				DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		token, _ := activeWithLease(t, st, r)
-		for _, id := range []string{"old-0", "old-1", "old-2"} {
-			commit(token, id, KindDelivered)
-		}
-		cut, err := st.ChannelSequence(ctx, r.Account, AccountChannel(r.Account))
-		if err != nil {
+	for _, expired := range []bool{false, true} {
+		t.Run(map[bool]string{false: "counter-kept", true: "counter-expired"}[expired], func(t *testing.T) {
+			onEachRedis(t, func(t *testing.T, st *Store) { madeAgain(t, st, expired) })
+		})
+	}
+}
+
+// madeAgain is TestADestinationMadeAgainNeverLendsItsEventsToTheOldOnesPointers, its
+// counter gone before the id is made again when expired.
+func madeAgain(t *testing.T, st *Store, expired bool) {
+	ctx := context.Background()
+	st.SetStateFormat(func() int { return CounterLifetime })
+	r := Ref{Account: "acct_again_" + strconv.FormatInt(time.Now().UnixNano(), 36), ID: "orders", Connector: "eventbridge"}
+	commit := func(token int64, id string, kind string) {
+		t.Helper()
+		if _, err := st.Commit(ctx, Commit{Ref: r, Token: token, Kind: kind, EventID: id, Message: "m",
+			DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	other := Ref{Account: r.Account, ID: "other", Connector: "eventbridge"}
+	otherToken, _ := activeWithLease(t, st, other)
+	token, _ := activeWithLease(t, st, r)
+	for i, id := range []string{"old-0", "old-1", "old-2"} {
+		commit(token, id, KindDelivered)
+		if _, err := st.Commit(ctx, Commit{Ref: other, Token: otherToken, Kind: KindDelivered, EventID: "other-" + strconv.Itoa(i),
+			Message: "m", DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldLast, err := st.ChannelSequence(ctx, r.Account, DestinationChannel(r.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := st.ChannelSequence(ctx, r.Account, AccountChannel(r.Account))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Forget(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if expired {
+		// A day on: the counter is gone.
+		if err := st.rdb.Del(ctx, chanSeqKey(r.Account, DestinationChannel(r.ID))).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token, _ = activeWithLease(t, st, r)
+	for _, id := range []string{"new-0", "new-1", "new-2"} {
+		commit(token, id, KindRejected)
+	}
+	p, err := st.ReadChannel(ctx, r.Account, AccountChannel(r.Account), 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, ev := range p.Events {
+		var d struct {
+			EventID string `json:"event_id"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		if ev.Sequence <= cut && ev.Type != "resync.required" && d.EventID != "" && d.EventID[:4] == "new-" {
+			t.Errorf("account event %d, a pointer to the deleted destination's, serves the new one's %s %s", ev.Sequence, ev.Type, ev.Data)
+		}
+		seen[d.EventID]++
+	}
+	for _, id := range []string{"new-0", "new-1", "new-2"} {
+		if seen[id] != 1 {
+			t.Errorf("the new destination's %s is on the account channel %d times, want once", id, seen[id])
+		}
+	}
+	dest, err := st.ReadChannel(ctx, r.Account, DestinationChannel(r.ID), 0, 1000)
+	if err != nil || len(dest.Events) == 0 || dest.Events[0].Sequence <= oldLast {
+		t.Fatalf("the new destination's channel: %v, %v; want it to number on past the old one's %d", sequences(dest.Events), err, oldLast)
+	}
+	// A follower that read the old channel a little before its end is told to load a
+	// snapshot; one that read all of it reads the new one's events from its first.
+	behind, err := st.ReadChannel(ctx, r.Account, DestinationChannel(r.ID), oldLast-1, 1000)
+	if err != nil || !behind.Expired {
+		t.Errorf("a cursor %d of the old channel: %+v, %v; want it expired", oldLast-1, behind, err)
+	}
+	caught, err := st.ReadChannel(ctx, r.Account, DestinationChannel(r.ID), oldLast, 1000)
+	if err != nil || caught.Expired == (dest.Events[0].Sequence == oldLast+1) ||
+		!caught.Expired && (len(caught.Events) != len(dest.Events) || caught.Events[0].Sequence != dest.Events[0].Sequence) {
+		t.Errorf("the old channel's last cursor %d: expired %v, %v, %v; want every event of the new one (%v), or expired",
+			oldLast, caught.Expired, sequences(caught.Events), err, sequences(dest.Events))
+	}
+}
+
+// sequences are the sequences of evs, in order.
+func sequences(evs []ChannelEvent) []int64 {
+	out := make([]int64, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Sequence
+	}
+	return out
+}
+
+// TestADeletedDestinationsCounterLivesADayFromFormat2: under state format 1 a delete
+// keeps the destination channel's counter for good, as every release before 0.3.0
+// does and counts on; from format 2 it lives a day (forgottenTTL), and the id made again
+// keeps it for good again, numbering on.
+func TestADeletedDestinationsCounterLivesADayFromFormat2(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		r := Ref{Account: "acct_counter_" + strconv.FormatInt(time.Now().UnixNano(), 36), ID: "orders", Connector: "eventbridge"}
+		key := chanSeqKey(r.Account, DestinationChannel(r.ID))
+		ttl := func() time.Duration { return st.rdb.PTTL(ctx, key).Val() }
+		activeWithLease(t, st, r)
 		if err := st.Forget(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		token, _ = activeWithLease(t, st, r)
-		for _, id := range []string{"new-0", "new-1", "new-2"} {
-			commit(token, id, KindRejected)
+		if d := ttl(); d != -1 {
+			t.Fatalf("under format 1 a deleted destination's counter lives %s; want it kept for good", d)
 		}
-		p, err := st.ReadChannel(ctx, r.Account, AccountChannel(r.Account), 0, 1000)
-		if err != nil {
+		activeWithLease(t, st, r)
+		seq, _ := st.ChannelSequence(ctx, r.Account, DestinationChannel(r.ID))
+		st.SetStateFormat(func() int { return CounterLifetime })
+		if err := st.Forget(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		seen := map[string]int{}
-		for _, ev := range p.Events {
-			var d struct {
-				EventID string `json:"event_id"`
-			}
-			_ = json.Unmarshal(ev.Data, &d)
-			if ev.Sequence <= cut && ev.Type != "resync.required" && d.EventID != "" && d.EventID[:4] == "new-" {
-				t.Errorf("account event %d, a pointer to the deleted destination's, serves the new one's %s %s", ev.Sequence, ev.Type, ev.Data)
-			}
-			seen[d.EventID]++
+		if d := ttl(); d <= 0 || d > forgottenTTL {
+			t.Fatalf("under format %d a deleted destination's counter lives %s; want at most %s", CounterLifetime, d, forgottenTTL)
 		}
-		for _, id := range []string{"new-0", "new-1", "new-2"} {
-			if seen[id] != 1 {
-				t.Errorf("the new destination's %s is on the account channel %d times, want once", id, seen[id])
-			}
+		activeWithLease(t, st, r)
+		if d := ttl(); d != -1 {
+			t.Fatalf("the id made again: its counter lives %s; want it kept for good", d)
 		}
-		dest, err := st.ReadChannel(ctx, r.Account, DestinationChannel(r.ID), 0, 1000)
-		if err != nil || len(dest.Events) == 0 || dest.Events[0].Sequence <= 3 {
-			t.Fatalf("the new destination's channel: %+v, %v; want it to number on past the old one's", dest.Events, err)
+		if again, _ := st.ChannelSequence(ctx, r.Account, DestinationChannel(r.ID)); again <= seq {
+			t.Fatalf("the id made again within the day is at sequence %d, want past %d", again, seq)
 		}
 	})
 }

@@ -161,6 +161,16 @@ func unmarshalIf[T any](s string, dst **T) {
 var ensureScript = redis.NewScript(luaPrelude + `
 local now_ms, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
+  -- The channel's counter: a deleted destination's lives a day (Forget), and is kept
+  -- again once the id is made again. One gone (never made, or a day after a delete)
+  -- starts at the account channel's: each event an earlier destination of the id
+  -- numbered took one of the account's too, so none of its sequences, in a follower's
+  -- cursor or an account pointer, ever names one of this destination's events.
+  redis.call('PERSIST', KEYS[3])
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    local floor = tonumber(redis.call('GET', KEYS[5]) or '0')
+    if floor > 0 then redis.call('SET', KEYS[3], floor) end
+  end
   -- First sight: pending until its setup check passes; then it delivers what arrived
   -- from this point on.
   local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
@@ -416,37 +426,56 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 	return seq, err
 }
 
-// forgetScript deletes a destination's keys (KEYS[2] on) and its hash's state (KEYS[1])
-// but the lease's: its holder stays, its fencing token and control version move on
-// (ARGV[1]: how long a hash left with only those lives, ms).
+// forgetScript deletes a destination's keys (KEYS[3] on) and its hash's state (KEYS[1])
+// but the lease's: its holder stays, its fencing token and control version move on.
+// Those live ARGV[1] ms more, and so does the channel's counter (KEYS[2]) when ARGV[2]
+// is 1 (state format 2); otherwise the counter is kept for good.
 var forgetScript = redis.NewScript(`
 local h = redis.call('HMGET', KEYS[1], 'holder', 'lease_token', 'ctlv')
-redis.call('DEL', unpack(KEYS))
+redis.call('DEL', KEYS[1], unpack(KEYS, 3))
 redis.call('HSET', KEYS[1], 'lease_token', tonumber(h[2] or '0') + 1, 'ctlv', tonumber(h[3] or '0') + 1)
 if h[1] then redis.call('HSET', KEYS[1], 'holder', h[1]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 return 0
 `)
 
-// forgottenTTL is how long a forgotten destination's lease fields outlive it unless the
-// id is made again (Ensure keeps them then): far past any write or commit in flight.
+// forgottenTTL is how long a forgotten destination's lease fields and channel counter
+// outlive it unless the id is made again (Ensure keeps them then): far past any write
+// or commit in flight, and any rolling upgrade.
 const forgottenTTL = 24 * time.Hour
 
 // Forget deletes everything Redis holds of one destination of r.Account: its state
 // (the ExternalId with it), channel, attempt log, retries and chart: a deleted
-// destination's. The account's log and channel stay, and so does the destination
-// channel's counter (a few bytes): a destination made again with the same id numbers
-// its events on from there, so the account channel's pointers to the deleted one's
-// events point at nothing and are served as resync.required, never as the new one's.
-// The lease stays, as three small fields for a day (forgottenTTL) unless the id is
-// made again: its holder, so a replica that took a new destination of the id before
-// its create called Forget is still the one a pause asks, and no second replica takes
-// it meanwhile; and its fencing token and control version, moved on, so every commit
-// of a holder from before (the deleted destination's late one, or that early taker's,
-// which then stops and frees the lease) is refused, and no two holders of one id ever
-// share a token.
+// destination's. The account's log and channel stay. So does the destination channel's
+// counter (a few bytes): a destination made again with the same id numbers its events
+// on from it, so the account channel's pointers to the deleted one's events point at
+// nothing and are served as resync.required, never as the new one's, and a follower's
+// cursor from it never lands inside the new one's channel. From state format 2 on
+// (CounterLifetime) the counter lives a day (forgottenTTL) unless the id is made again,
+// so deletes leave nothing for good: one made again later starts from the account
+// channel's counter instead (Ensure), past every sequence the deleted one gave.
+// The lease stays, as three small fields for a day unless the id is made again: its
+// holder, so a replica that took a new destination of the id before its create called
+// Forget is still the one a pause asks, and no second replica takes it meanwhile; and
+// its fencing token and control version, moved on, so every commit of a holder from
+// before (the deleted destination's late one, or that early taker's, which then stops
+// and frees the lease) is refused, and no two holders of one id ever share a token.
 func (s *Store) Forget(ctx context.Context, r Ref) error {
 	ch := DestinationChannel(r.ID)
-	return forgetScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), attemptsKey(r.Account, r.ID),
-		retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)}, forgottenTTL.Milliseconds()).Err()
+	expire := "0"
+	if s.stateFormat() >= CounterLifetime {
+		expire = "1"
+	}
+	return forgetScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), chanSeqKey(r.Account, ch),
+		attemptsKey(r.Account, r.ID), retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)},
+		forgottenTTL.Milliseconds(), expire).Err()
 }
+
+// CounterLifetime is the state format from which a deleted destination's channel
+// counter expires (Forget). Releases before 0.3.0 keep it for good and count on it: one
+// that made the id again would take over a counter that expires under its live
+// destination, and its channel's next event would be refused (a sequence below the
+// stream's last). Before the switch such a release may still run, or the roll go back,
+// so the counter is kept; after it, no such release starts.
+const CounterLifetime = 2

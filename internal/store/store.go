@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,9 +22,10 @@ type Store struct {
 	rdb         redis.UniversalClient
 	minReplicas int
 	bounds      Bounds
-	commits     group            // commits arriving together share a round trip (group.go)
-	ping        pinger           // one PING at a time for readiness and scrapes (ping.go)
-	now         func() time.Time // the clock appends write with (clock); nil: time.Now
+	commits     group                      // commits arriving together share a round trip (group.go)
+	ping        pinger                     // one PING at a time for readiness and scrapes (ping.go)
+	now         func() time.Time           // the clock appends write with (clock); nil: time.Now
+	format      atomic.Pointer[func() int] // the state format in force (SetStateFormat); nil: 1
 }
 
 // New returns a Store over an open Redis client: a *redis.Client for one server, a

@@ -24,6 +24,7 @@ import (
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/dispatch"
 	"github.com/mercamap/relay/internal/lag"
+	"github.com/mercamap/relay/internal/registry"
 	"github.com/mercamap/relay/internal/store"
 	"github.com/mercamap/relay/internal/store/storetest"
 	"github.com/mercamap/relay/internal/stream"
@@ -152,6 +153,11 @@ type Options struct {
 	// ReplayWindow, when set, is the rig's replay window instead of LogRetention, its
 	// logs trimmed to it every TrimEvery (0: dispatch's default).
 	ReplayWindow, TrimEvery time.Duration
+	// Made keeps the destinations made through the API in a registry over the rig's
+	// Redis, as serve does (without it the create, change and delete routes answer that
+	// the file is the only source). The rig follows no change stream: only its own API
+	// makes them.
+	Made bool
 }
 
 // Rig is a running API over a real Redis and Dispatcher.
@@ -231,7 +237,12 @@ func New(t testing.TB, opts Options) *Rig {
 		so.Poll = 10 * time.Millisecond
 	}
 	streams := stream.New(so)
-	srv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams, Broker: broker, Gatherer: gatherer})
+	var made *registry.Registry
+	if opts.Made {
+		made = registry.New(st.Client())
+	}
+	srv := api.New(api.Options{Config: cfg, Destinations: disp, Store: st, Streams: streams, Broker: broker, Gatherer: gatherer,
+		Registry: made})
 	// Served as serve serves it: its timeouts and its connection cap.
 	hs := httptest.NewUnstartedServer(nil)
 	hs.Config = srv.HTTPServer(nil)

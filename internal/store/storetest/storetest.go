@@ -34,6 +34,11 @@ func ChanSeqKey(acct, channel string) string { return ChanKey(acct, channel) + "
 func DedupKey(acct string) string            { return AccountPrefix(acct) + "dd" }
 func TrimKey(acct string) string             { return AccountPrefix(acct) + "trim" }
 
+// BucketKey is one rate limit's bucket of acct (store.Limiter: key as the limit names
+// it, "action:account"); BucketPattern matches all of acct's.
+func BucketKey(acct, key string) string { return AccountPrefix(acct) + "rl:" + key }
+func BucketPattern(acct string) string  { return BucketKey(acct, "*") }
+
 // SignInCodeKey holds an unused sign-in code of acct (kept under its SHA-256, never as
 // the code).
 func SignInCodeKey(acct, code string) string {

@@ -1,0 +1,17 @@
+package main
+
+import (
+	"github.com/mercamap/relay/internal/store"
+	"github.com/mercamap/relay/internal/upgrade"
+)
+
+// rewrites are this release's background rewrites of keys already in Redis, each run
+// once its state format is in force (upgrade.Rewrite).
+func rewrites() []upgrade.Rewrite {
+	return []upgrade.Rewrite{{
+		// The channel counters of destinations deleted before format 2, kept for good
+		// then, get the day a delete leaves one from format 2 on (store.Forget).
+		Name: "deleted-destination-counters", Format: store.CounterLifetime,
+		Match: store.CounterPattern, Apply: store.ExpireDeletedCounter,
+	}}
+}
