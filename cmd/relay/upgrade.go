@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -132,7 +134,7 @@ Both read the config for redis: and delivery.lease_ttl (how long a heartbeat cou
 				if err != nil {
 					return err
 				}
-				printStatus(e.stdout, s, thisRelease(), time.Now())
+				printStatus(e.stdout, s, thisRelease(), knownReleases(), time.Now())
 				return nil
 			})
 		},
@@ -155,27 +157,102 @@ Both read the config for redis: and delivery.lease_ttl (how long a heartbeat cou
 	return cmd
 }
 
-// printStatus writes relay upgrade status's report.
-func printStatus(w io.Writer, s upgrade.Status, me upgrade.Release, now time.Time) {
-	release := s.Release
-	if release == "" {
-		release = upgrade.Label(upgrade.Unnumbered) + " (no numbered release has started here)"
-	}
-	since := "always"
-	if s.FormatSince != "" {
-		since = fmt.Sprintf("since relay %s switched to it at %s", s.FormatSince, s.SwitchedAt.UTC().Format(time.RFC3339))
-	}
+// printStatus writes relay upgrade status's report. Every string read from Redis goes
+// through upgrade.Shown or is a version that read strictly: nothing planted there
+// reaches the terminal unescaped.
+func printStatus(w io.Writer, s upgrade.Status, me upgrade.Release, known []upgrade.Release, now time.Time) {
 	fmt.Fprintf(w, "this command: relay %s (reads formats %v, writes %v)\n", me.Version, me.Reads, me.Writes)
-	fmt.Fprintf(w, "deployment:   newest release started relay %s\n", release)
-	fmt.Fprintf(w, "state format: %d in force (%s)\n", s.Format, since)
+	fmt.Fprintf(w, "deployment:   newest release started relay %s\n", deploymentRelease(s))
+	fmt.Fprintf(w, "state format: %s\n", formatInForce(s))
 	fmt.Fprintf(w, "replicas:     %d live\n", len(s.Replicas))
 	for _, r := range s.Replicas {
-		fmt.Fprintf(w, "  %-40s relay %-10s reads %v writes %v  heartbeat %s ago\n", r.Owner, r.Release.Version,
-			r.Release.Reads, r.Release.Writes, now.Sub(r.Seen).Round(time.Millisecond))
+		fmt.Fprintf(w, "  %s\n", replicaLine(s, r, now))
 	}
-	if p := s.Pending(me); p != "" {
-		fmt.Fprintf(w, "pending:      %s\n", p)
+	for _, u := range s.Unreadable {
+		fmt.Fprintf(w, "unreadable:   %s\n", u)
+	}
+	if others := s.WritingOther(); len(others) > 0 {
+		fmt.Fprintf(w, "writing:      %s\n", writingLine(s, others))
+	}
+	fmt.Fprintf(w, "pending:      %s\n", pendingLine(s, me))
+	// The guard's own sentence: what serve of this release would say here.
+	if err := s.Refuse(me, known); err != nil {
+		fmt.Fprintf(w, "start:        refused: %s\n", err)
 	} else {
-		fmt.Fprintf(w, "pending:      nothing: every replica writes format %d\n", s.Format)
+		fmt.Fprintf(w, "start:        relay %s may start beside this deployment\n", me.Version)
 	}
+}
+
+// deploymentRelease names the newest release started here.
+func deploymentRelease(s upgrade.Status) string {
+	if s.DeploymentUnreadable("release") {
+		return "unknown: the value Redis holds does not read (see unreadable below)"
+	}
+	if s.Release == "" {
+		return upgrade.Label(upgrade.Unnumbered) + " (no numbered release has started here)"
+	}
+	return s.Release
+}
+
+// formatInForce is the state format line: the format and since when.
+func formatInForce(s upgrade.Status) string {
+	switch {
+	case s.Format == 0:
+		return "unknown: the value Redis holds does not read (see unreadable below)"
+	case s.DeploymentUnreadable("format_since"), s.DeploymentUnreadable("switched_at"):
+		return fmt.Sprintf("%d in force (when and by which release it was switched to does not read: see unreadable below)", s.Format)
+	case s.FormatSince != "" && s.SwitchedAt.IsZero():
+		return fmt.Sprintf("%d in force (since relay %s switched to it, at a time not recorded)", s.Format, s.FormatSince)
+	case s.FormatSince != "":
+		return fmt.Sprintf("%d in force (since relay %s switched to it at %s)", s.Format, s.FormatSince, s.SwitchedAt.UTC().Format(time.RFC3339))
+	case s.Format != 1:
+		return fmt.Sprintf("%d in force (no release is recorded as switching to it)", s.Format)
+	}
+	return fmt.Sprintf("%d in force (always)", s.Format)
+}
+
+// replicaLine is one live replica: its release and formats, or that its heartbeat does
+// not read.
+func replicaLine(s upgrade.Status, r upgrade.Replica, now time.Time) string {
+	ago := now.Sub(r.Seen).Round(time.Millisecond)
+	if r.Unreadable != nil {
+		if r.Seen.UnixMilli() <= 0 {
+			return fmt.Sprintf("%-40s heartbeat unreadable (see below); it may be live", upgrade.Shown(r.Owner))
+		}
+		return fmt.Sprintf("%-40s heartbeat unreadable (see below), %s ago", upgrade.Shown(r.Owner), ago)
+	}
+	line := fmt.Sprintf("%-40s relay %-10s reads %v writes %v  heartbeat %s ago", upgrade.Shown(r.Owner), r.Release.Version,
+		r.Release.Reads, r.Release.Writes, ago)
+	if s.Format > 0 && !slices.Equal(r.Release.Writes, []int{s.Format}) {
+		line += fmt.Sprintf("  (not the format in force, %d)", s.Format)
+	}
+	return line
+}
+
+// writingLine names the replicas whose heartbeat says they write another format than
+// the one in force.
+func writingLine(s upgrade.Status, others []upgrade.Replica) string {
+	names := make([]string, len(others))
+	for i, r := range others {
+		names[i] = fmt.Sprintf("%s writes format %v", upgrade.Shown(r.Owner), r.Release.Writes)
+	}
+	return fmt.Sprintf("not every replica writes format %d, the one in force: %s (a replica catches up at its next heartbeat after a switch; one that does not, does not follow this deployment)",
+		s.Format, strings.Join(names, ", "))
+}
+
+// pendingLine says what a switch waits for, or that nothing is pending: "nothing" only
+// when every value read and every replica writes the format in force.
+func pendingLine(s upgrade.Status, me upgrade.Release) string {
+	if p := s.Pending(me); p != "" {
+		return p
+	}
+	switch {
+	case s.Format > me.Target():
+		return fmt.Sprintf("no switch this release can make: state format %d is in force, newer than relay %s writes", s.Format, me.Version)
+	case len(s.Unreadable) > 0:
+		return fmt.Sprintf("no switch pending, and none is made while a value above does not read; the replicas that read write format %d", s.Format)
+	case len(s.WritingOther()) > 0:
+		return "no switch pending, but not every replica writes the format in force (writing, above)"
+	}
+	return fmt.Sprintf("nothing: every replica writes format %d", s.Format)
 }

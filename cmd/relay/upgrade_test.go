@@ -117,6 +117,15 @@ func TestARelayRefusesToStartBesideAFormatOrAReleaseItCannotRunWith(t *testing.T
 			[]string{"relay " + relay.Version() + " cannot start", "state format 2", "switched by relay 0.3.0", "run relay 0.3.0 or later"}},
 		{"a deployment two releases ahead", []any{"format", "1", "release", "0.4.0", "release_previous", "0.3.0"},
 			[]string{"relay " + relay.Version() + " cannot start", "this deployment last ran relay 0.4.0", "more than one release ahead"}},
+		// Values that do not read are refused, never taken for format 1.
+		{"a format that is a word", []any{"format", "abc"},
+			[]string{"relay " + relay.Version() + " cannot start", `relay:{replicas}:deployment field "format" holds "abc"`}},
+		{"a format that overflows", []any{"format", "99999999999999999999"},
+			[]string{"relay " + relay.Version() + " cannot start", `field "format" holds "99999999999999999999"`}},
+		{"a negative format", []any{"format", "-1"},
+			[]string{"relay " + relay.Version() + " cannot start", `field "format" holds "-1"`}},
+		{"a release with an escape sequence", []any{"format", "1", "release", "0.3.0\x1b[2J"},
+			[]string{"relay " + relay.Version() + " cannot start", `field "release" holds "0.3.0\x1b[2J"`}},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
@@ -138,6 +147,9 @@ func TestARelayRefusesToStartBesideAFormatOrAReleaseItCannotRunWith(t *testing.T
 				if !strings.Contains(last, w) {
 					t.Errorf("its last line %q does not say %q", last, w)
 				}
+			}
+			if strings.Contains(logs.String(), "\x1b") {
+				t.Errorf("its logs hold an escape character read from Redis: %q", logs)
 			}
 			// Nothing written: no heartbeat entry, no destination state.
 			if n := rdb.Exists(context.Background(), storetest.AboutKey).Val(); n != 0 {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,8 @@ import (
 // options are the command line.
 type options struct {
 	sts, events, kinesis, admin string // listen addresses, loopback only
+	iam                         string // listen address of IAM (iam.go)
+	iamAccount                  string // the customer's AWS account, where IAM makes roles
 	pubsubPort                  int
 	kinesalite                  string // upstream endpoint; "" serves no Kinesis
 	latency                     string // --latency, read into buses by check
@@ -51,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&o.events, "events", "127.0.0.1:24581", "listen address of EventBridge (aws.endpoints.events)")
 	fs.IntVar(&o.pubsubPort, "pubsub-port", 24582, "port of Pub/Sub (pstest, plain gRPC) on 127.0.0.1 (gcp.pubsub_endpoint); 0 picks one")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:24583", "listen address of the admin API")
+	fs.StringVar(&o.iam, "iam", "127.0.0.1:0", "listen address of IAM (CreateRole, PutRolePolicy…: what `sandbox aws iam` and the AWS CLI call); port 0 picks one, printed on start (the demo's: 127.0.0.1:24586)")
+	fs.StringVar(&o.iamAccount, "iam-account", "111122223333", "the customer's AWS account: IAM makes its roles there (arn:aws:iam::ACCOUNT:role/NAME)")
 	fs.StringVar(&o.kinesis, "kinesis", "127.0.0.1:24585", "listen address of the Kinesis front (aws.endpoints.kinesis); used with --kinesalite")
 	fs.StringVar(&o.kinesalite, "kinesalite", getenv("SANDBOX_KINESALITE"),
 		"endpoint of a running kinesalite, http://127.0.0.1:PORT (default $SANDBOX_KINESALITE); empty: no Kinesis")
@@ -58,7 +63,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"how late the buses answer, as one in another region would (default $SANDBOX_LATENCY): 100ms for every bus, or eventbridge=100ms,kinesis=20ms,pubsub=250ms; a bus not named answers at once (a delay proxy in front of each late bus; STS and the admin API never late)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: sandbox [flags]\n\nLocal STS, EventBridge, Pub/Sub and a Kinesis front on 127.0.0.1, with an admin API:\n"+
-			"POST /trust, POST /topics, POST /streams, GET /arrived. Stops on SIGINT or SIGTERM.\n\n")
+			"POST /trust, POST /topics, POST /streams, GET /arrived; and IAM (CreateRole, PutRolePolicy), enforced by STS\n"+
+			"and the buses. Stops on SIGINT or SIGTERM.\n\n"+
+			"       sandbox aws iam create-role|put-role-policy|… [--flag value]…\n\n"+
+			"The AWS CLI's IAM commands, sent to the sandbox's IAM (sandbox aws help).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -85,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // check keeps every address on loopback: the sandbox never listens or calls elsewhere.
 func (o options) check() error {
-	addrs := [][2]string{{"sts", o.sts}, {"events", o.events}, {"admin", o.admin}}
+	addrs := [][2]string{{"sts", o.sts}, {"events", o.events}, {"admin", o.admin}, {"iam", o.iam}}
 	if o.kinesalite != "" {
 		addrs = append(addrs, [2]string{"kinesis", o.kinesis})
 		u, err := url.Parse(o.kinesalite)
@@ -98,6 +106,9 @@ func (o options) check() error {
 		if err != nil || !isLoopback(host) {
 			return fmt.Errorf("--%s %q: want a loopback address and port, like 127.0.0.1:24580", a[0], a[1])
 		}
+	}
+	if !regexp.MustCompile(`^\d{12}$`).MatchString(o.iamAccount) {
+		return fmt.Errorf("--iam-account %q: want an AWS account id, 12 digits", o.iamAccount)
 	}
 	if o.pubsubPort < 0 || o.pubsubPort > 65535 {
 		return fmt.Errorf("--pubsub-port %d: not a port", o.pubsubPort)
@@ -131,6 +142,7 @@ type sandbox struct {
 	topics *vkit.TopicAdminClient
 	subs   *vkit.SubscriptionAdminClient
 	kin    *kinesis.Client // nil without kinesalite
+	iam    *iamService
 
 	mu            sync.Mutex
 	subscriptions []string // the sandbox's own, one per topic, in creation order
@@ -144,6 +156,7 @@ type sandbox struct {
 func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 	s := &sandbox{out: out, sts: awstest.NewSTSHandler(), events: awstest.NewEventBridgeHandler(), subTopic: map[string]string{}}
 	s.events.RequireSessionFrom(s.sts)
+	s.iam = newIAM(o.iamAccount, s.sts, out)
 
 	type server struct {
 		name string
@@ -188,6 +201,9 @@ func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 	if err := listen("admin", o.admin, s.adminHandler()); err != nil {
 		return err
 	}
+	if err := listen("iam", o.iam, s.iam); err != nil {
+		return err
+	}
 
 	psPort := o.pubsubPort
 	if o.buses[busPubSub] > 0 {
@@ -228,7 +244,7 @@ func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 	for _, sv := range servers {
 		addr[sv.name] = sv.at
 	}
-	out.printf("STS          http://%s   AssumeRole; a role trusts nobody until POST /trust", addr["sts"])
+	out.printf("STS          http://%s   AssumeRole; a role trusts nobody until IAM CreateRole or POST /trust", addr["sts"])
 	out.printf("EventBridge  http://%s   PutEvents, signed with a live STS session%s", addr["events"], o.buses.note(busEventBridge))
 	out.printf("Pub/Sub      %s          pstest, plain gRPC%s", psAt, o.buses.note(busPubSub))
 	if s.kin != nil {
@@ -236,6 +252,7 @@ func serve(ctx context.Context, o options, out *lockedWriter) (err error) {
 	} else {
 		out.printf("Kinesis      none (no --kinesalite)")
 	}
+	out.printf("IAM          http://%s   CreateRole, PutRolePolicy… in account %s (sandbox aws iam …); STS and the buses enforce them", addr["iam"], o.iamAccount)
 	out.printf("admin        http://%s   POST /trust /topics /streams, GET /arrived", addr["admin"])
 	out.printf("ready")
 
@@ -272,18 +289,20 @@ func startPubSub(port int) (srv *pstest.Server, err error) {
 func (s *sandbox) kinesisFront(upstream *url.URL) http.Handler {
 	client := &http.Client{Timeout: 30 * time.Second}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.Header.Get("X-Amz-Target") {
-		case "Kinesis_20131202.PutRecord", "Kinesis_20131202.PutRecords":
-			if msg := s.sessionProblem(r); msg != "" {
-				w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-				w.WriteHeader(http.StatusBadRequest)
-				json.NewEncoder(w).Encode(map[string]string{"__type": "UnrecognizedClientException", "message": msg})
-				return
-			}
-		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			return // the client went away before its request was whole: kinesalite never sees it
+		}
+		switch target := r.Header.Get("X-Amz-Target"); target {
+		case "Kinesis_20131202.PutRecord", "Kinesis_20131202.PutRecords":
+			action := "kinesis:" + strings.TrimPrefix(target, "Kinesis_20131202.")
+			if f, ok := s.sts.Authorize(r, action, s.streamARN(body)); !ok {
+				w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+				w.Header().Set("X-Amzn-ErrorType", f.Code)
+				w.WriteHeader(f.Status)
+				json.NewEncoder(w).Encode(map[string]string{"__type": f.Code, "message": f.Message})
+				return
+			}
 		}
 		target := *upstream
 		target.Path, target.RawQuery = r.URL.Path, r.URL.RawQuery
@@ -313,17 +332,15 @@ func (s *sandbox) kinesisFront(upstream *url.URL) http.Handler {
 	})
 }
 
-func (s *sandbox) sessionProblem(r *http.Request) string {
-	_, cred, _ := strings.Cut(r.Header.Get("Authorization"), "Credential=")
-	keyID, _, _ := strings.Cut(cred, "/")
-	sess, ok := s.sts.Session(keyID)
-	switch {
-	case !ok || r.Header.Get("X-Amz-Security-Token") == "":
-		return "The security token included in the request is invalid."
-	case time.Now().After(sess.Expiration):
-		return "The security token included in the request is expired"
+// streamARN is the stream a Kinesis call names: its StreamARN, else its StreamName in
+// the customer's account (--iam-account) and us-east-1.
+func (s *sandbox) streamARN(body []byte) string {
+	var in struct{ StreamARN, StreamName string }
+	json.Unmarshal(body, &in)
+	if in.StreamARN != "" {
+		return in.StreamARN
 	}
-	return ""
+	return "arn:aws:kinesis:us-east-1:" + s.iam.account + ":stream/" + in.StreamName
 }
 
 // The admin API.

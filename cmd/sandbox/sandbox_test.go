@@ -54,17 +54,17 @@ func (s *syncBuffer) String() string {
 
 // box is a sandbox running in-process on free loopback ports.
 type box struct {
-	sts, events, kinesis, admin, pubsub string
-	out                                 *syncBuffer
+	sts, events, kinesis, admin, pubsub, iam string
+	out                                      *syncBuffer
 }
 
 func start(t *testing.T, kinesalite string, flags ...string) *box {
 	t.Helper()
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(testpeer.FreePort(t)) }
-	b := &box{sts: port(), events: port(), kinesis: port(), admin: port(), out: &syncBuffer{}}
+	b := &box{sts: port(), events: port(), kinesis: port(), admin: port(), iam: port(), out: &syncBuffer{}}
 	psPort := testpeer.FreePort(t)
 	b.pubsub = "127.0.0.1:" + strconv.Itoa(psPort)
-	args := []string{"--sts", b.sts, "--events", b.events, "--admin", b.admin, "--kinesis", b.kinesis,
+	args := []string{"--sts", b.sts, "--events", b.events, "--admin", b.admin, "--kinesis", b.kinesis, "--iam", b.iam,
 		"--pubsub-port", strconv.Itoa(psPort), "--kinesalite", kinesalite}
 	args = append(args, flags...)
 	ctx, cancel := context.WithCancel(context.Background())

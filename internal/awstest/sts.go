@@ -369,9 +369,17 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// Authorize is authorize for a bus of the caller's own (the sandbox's Kinesis front):
+// the failure AWS would answer, and false, unless r is signed with a live session this
+// STS handed out that both its session policy and its role's permissions policy (when
+// SetPermissionsPolicy gave it one) allow action on resource.
+func (s *STS) Authorize(r *http.Request, action, resource string) (Failure, bool) {
+	return s.authorize(r, action, resource)
+}
+
 // authorize checks that r is signed with a live session this STS handed out, whose
 // session policy allows action on resource. It returns the error AWS would answer
-// otherwise; the role's own permissions are not modelled (the session policy caps them).
+// otherwise; the role's own permissions count once SetPermissionsPolicy gave it some.
 func (s *STS) authorize(r *http.Request, action, resource string) (Failure, bool) {
 	sess, ok := s.Session(accessKeyID(r))
 	s.mu.Lock()

@@ -337,11 +337,13 @@ func (ps Problems) Error() string {
 }
 
 // Load reads and parses the file at path, reading secret files from disk. The error is
-// Problems when the file is invalid, or a plain error when it cannot be read.
+// Problems when the file is invalid, or a *FileError when it cannot be read: it is not
+// a regular file, or it is larger than MaxConfigFile (serve at start and on SIGHUP,
+// check-config and every command with --config load through here).
 func Load(path string, getenv func(string) string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
 	p := &parser{getenv: getenv, readSecret: readSecretFile}
 	return p.result(data)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"io/fs"
 	"time"
 
@@ -130,6 +131,15 @@ func indentTab(data []byte) (line, col int, ok bool) {
 	return 0, 0, false
 }
 
+// secondDocument is the problem of a file with more than one YAML document.
+func secondDocument(line int) string {
+	at := ""
+	if line > 0 {
+		at = fmt.Sprintf(" (its --- is at line %d)", line)
+	}
+	return "the file holds a second YAML document" + at + ", and a config is one document: remove the --- line and what follows it, or merge the two"
+}
+
 // parser holds one parse: the walk, the secret readers, and the secret references as
 // written (the Config gets their resolved values).
 type parser struct {
@@ -155,13 +165,17 @@ func (p *parser) add(path, format string, args ...any) {
 func (p *parser) parse(data []byte) *Config {
 	c := defaults()
 	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	second, line, err := decodeOne(data, &root)
+	if err != nil {
 		if line, col, ok := indentTab(data); ok {
 			p.add("", "the file is not valid YAML: line %d, column %d: a tab indents the line; YAML indents with spaces only: replace the tab with spaces", line, col)
 			return c
 		}
 		p.add("", "the file is not valid YAML: %v", err)
 		return c
+	}
+	if second {
+		p.add("", "%s", secondDocument(line))
 	}
 	p.budget = visitBudget(&root)
 	p.decode(&root, c)

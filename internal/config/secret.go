@@ -3,11 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"strings"
-	"syscall"
 )
 
 // Secret references: "env:NAME" reads an environment variable, "file:PATH" reads a file
@@ -63,51 +60,29 @@ func (p *parser) secret(path, ref string) (value string, ok bool) {
 // keeps file:/dev/zero or a mistaken path to a large file from filling the memory.
 const MaxSecretFile = 64 << 10
 
-// errNotRegular and errTooLarge are why readSecretFile refused a file.
-var (
-	errNotRegular = errors.New("it is not a regular file (a device, a directory or a pipe cannot hold a secret)")
-	errTooLarge   = fmt.Errorf("it is larger than %d bytes: a secret file holds one value", MaxSecretFile)
-)
+// errTooLarge is why readSecretFile refused a file past MaxSecretFile.
+var errTooLarge = fmt.Errorf("it is larger than %d bytes: a secret file holds one value", MaxSecretFile)
 
 // readSecretFile reads a file: secret from disk: a regular file (a symlink to one is
 // fine: mounted secrets are), at most MaxSecretFile bytes. It never opens anything
 // else, so a FIFO cannot block the load and /dev/zero cannot fill the memory.
 func readSecretFile(path string) ([]byte, fs.FileMode, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, 0, errNotRegular
-	}
-	// O_NONBLOCK: a FIFO put in its place after the Stat must not block the open.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	if info, err = f.Stat(); err != nil {
-		return nil, 0, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, 0, errNotRegular
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxSecretFile+1))
-	if err != nil {
-		return nil, 0, err
-	}
-	if len(b) > MaxSecretFile {
+	b, mode, err := readRegularFile(path, MaxSecretFile)
+	var tooLarge *TooLargeError
+	if errors.As(err, &tooLarge) {
 		return nil, 0, errTooLarge
 	}
-	return b, info.Mode(), nil
+	return b, mode, err
 }
 
 // readError says why a file could not be read without repeating anything the error may
 // have picked up beyond the path.
 func readError(err error) string {
 	var pe *fs.PathError
+	var notRegular *NotRegularError
+	var tooLarge *TooLargeError
 	switch {
-	case errors.Is(err, errNotRegular), errors.Is(err, errTooLarge):
+	case errors.As(err, &notRegular), errors.As(err, &tooLarge), errors.Is(err, errTooLarge):
 		return err.Error()
 	case errors.Is(err, fs.ErrNotExist):
 		return "it does not exist"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,27 +31,38 @@ type about struct {
 	Version  string `json:"version"`
 	Previous string `json:"previous,omitempty"`
 	Reads    []int  `json:"reads"`
-	Writes   []int  `json:"writes"`
-	Seen     int64  `json:"seen"` // ms
+	// Writes is the one state format the replica writes now: the one in force as it
+	// last read it (a list, as 0.2.0 wrote its release's formats, all of them [1]).
+	Writes []int `json:"writes"`
+	Seen   int64 `json:"seen"` // ms
 }
 
 // Replica is a live replica and the release it runs.
 type Replica struct {
-	Owner   string
+	Owner string // as Redis holds it: print it through Shown
+	// Release is what its heartbeat says: its version and previous, the formats it
+	// reads, and in Writes the one format it writes now.
 	Release Release
 	Seen    time.Time
 	// Numbered is false for a replica whose heartbeat names no version (Unnumbered).
 	Numbered bool
+	// Unreadable is why its heartbeat entry could not be read (nil when it could). Its
+	// Release is then empty: it may run any release, so a switch waits for it.
+	Unreadable *UnreadableError
 }
 
 // Status is the deployment's state across a roll, as Redis holds it.
 type Status struct {
-	Format          int       // the state format in force
+	Format          int       // the state format in force; 0 when Redis holds one that does not read
 	Release         string    // the newest release that started here ("" before any numbered one)
 	ReleasePrevious string    // the release Release rolls over
 	FormatSince     string    // the release that switched to Format ("" when it always was)
 	SwitchedAt      time.Time // when it did (zero when it always was)
 	Replicas        []Replica // the live ones, by owner
+	// Unreadable is every value of the deployment's keys that did not read (a field of
+	// relay:{replicas}:deployment, a heartbeat entry that may be live). While any is
+	// left, Refuse refuses a start, no switch is made, and status lists each.
+	Unreadable []*UnreadableError
 }
 
 // ReadStatus reads the deployment's status: the format in force and every replica
@@ -71,29 +81,32 @@ func ReadStatus(ctx context.Context, st *store.Store, ttl time.Duration) (Status
 	if err != nil {
 		return Status{}, fmt.Errorf("replica heartbeats: %w", err)
 	}
-	s := Status{Format: 1, Release: dep["release"], ReleasePrevious: dep["release_previous"], FormatSince: dep["format_since"]}
-	if f, err := strconv.Atoi(dep["format"]); err == nil {
-		s.Format = f
-	}
-	if ms, err := strconv.ParseInt(dep["switched_at"], 10, 64); err == nil {
-		s.SwitchedAt = time.UnixMilli(ms)
+	d := readDeployment(dep)
+	s := Status{Format: d.format, Release: d.release, ReleasePrevious: d.previous, FormatSince: d.since, Unreadable: d.unreadable}
+	if d.switchedAt > 0 {
+		s.SwitchedAt = time.UnixMilli(d.switchedAt)
 	}
 	cutoff := time.Now().Add(-ttl)
-	for owner, raw := range abouts {
-		var a about
-		if json.Unmarshal([]byte(raw), &a) != nil || a.Version == "" {
-			continue
-		}
-		seen := time.UnixMilli(a.Seen)
-		if z, ok := live[owner]; ok && z.After(seen) {
+	for _, owner := range slices.Sorted(maps.Keys(abouts)) {
+		a, ms, bad := readAbout(owner, abouts[owner])
+		z, inLive := live[owner]
+		seen := time.UnixMilli(ms)
+		if inLive && z.After(seen) {
 			seen = z
 		}
-		if seen.Before(cutoff) {
+		// An entry that lapsed is no replica's, read or not (the next heartbeat drops
+		// it). One whose seen did not read may be live: it counts.
+		if (ms > 0 || inLive) && seen.Before(cutoff) {
+			continue
+		}
+		delete(live, owner)
+		if bad != nil {
+			s.Unreadable = append(s.Unreadable, bad)
+			s.Replicas = append(s.Replicas, Replica{Owner: owner, Seen: seen, Unreadable: bad})
 			continue
 		}
 		s.Replicas = append(s.Replicas, Replica{Owner: owner, Seen: seen, Numbered: true,
 			Release: Release{Version: a.Version, Previous: a.Previous, Reads: a.Reads, Writes: a.Writes}})
-		delete(live, owner)
 	}
 	// A heartbeat that names no version is the unnumbered release's.
 	for _, owner := range slices.Sorted(maps.Keys(live)) {
@@ -105,7 +118,7 @@ func ReadStatus(ctx context.Context, st *store.Store, ttl time.Duration) (Status
 }
 
 // Waiting names the live replicas that cannot read format f: the ones a switch to f
-// waits for.
+// waits for. A replica whose heartbeat did not read is among them: it may be an old one.
 func (s Status) Waiting(f int) []Replica {
 	var out []Replica
 	for _, r := range s.Replicas {
@@ -116,41 +129,66 @@ func (s Status) Waiting(f int) []Replica {
 	return out
 }
 
+// WritingOther names the live replicas whose heartbeat says they write a format other
+// than the one in force: for a heartbeat after a switch, one still on the format before
+// it; otherwise a replica that does not follow the deployment.
+func (s Status) WritingOther() []Replica {
+	var out []Replica
+	for _, r := range s.Replicas {
+		if r.Unreadable == nil && !slices.Equal(r.Release.Writes, []int{s.Format}) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Pending says what a switch to me's newest format still waits for, or "" when nothing
-// is pending (the format in force is already me's newest).
+// is pending (the format in force is already me's newest, or a newer one).
 func (s Status) Pending(me Release) string {
+	if s.Format == 0 {
+		return "unknown: the state format in force does not read, and no switch is made until it is set right"
+	}
 	target := me.Target()
 	if s.Format >= target {
 		return ""
 	}
 	waiting := s.Waiting(target)
+	if len(waiting) == 0 && len(s.Unreadable) > 0 {
+		return fmt.Sprintf("the switch to state format %d waits until every value relay upgrade status lists as unreadable is set right", target)
+	}
 	if len(waiting) == 0 {
 		return fmt.Sprintf("the switch to state format %d is due: every live replica reads it (it happens within a heartbeat, or run relay upgrade finish)", target)
 	}
 	names := make([]string, len(waiting))
 	for i, r := range waiting {
-		names[i] = fmt.Sprintf("%s (relay %s, reads format %s)", r.Owner, Label(r.Release.Version), formats(r.Release.Reads))
+		if r.Unreadable != nil {
+			names[i] = fmt.Sprintf("%s (its heartbeat does not read: it may be an old one)", Shown(r.Owner))
+			continue
+		}
+		names[i] = fmt.Sprintf("%s (relay %s, reads format %s)", Shown(r.Owner), Label(r.Release.Version), formats(r.Release.Reads))
 	}
 	return fmt.Sprintf("the switch to state format %d waits for %d replica(s) that cannot read it: %s; it happens by itself once their heartbeats lapse", target, len(waiting), strings.Join(names, ", "))
 }
 
-// announce writes owner's heartbeat entry (what it runs, and now) and drops the
-// entries whose heartbeat lapsed more than ttl ago.
-func announce(ctx context.Context, rdb redis.UniversalClient, owner string, me Release, ttl time.Duration) error {
+// announce writes owner's heartbeat entry (what it runs, the format it writes now, and
+// now) and drops the entries whose heartbeat lapsed more than ttl ago.
+func announce(ctx context.Context, rdb redis.UniversalClient, owner string, me Release, writes int, ttl time.Duration) error {
 	now := time.Now().UnixMilli()
-	b, _ := json.Marshal(about{Version: me.Version, Previous: me.Previous, Reads: me.Reads, Writes: me.Writes, Seen: now})
+	b, _ := json.Marshal(about{Version: me.Version, Previous: me.Previous, Reads: me.Reads, Writes: []int{writes}, Seen: now})
 	return announceScript.Run(ctx, rdb, []string{aboutKey}, owner, b, now-ttl.Milliseconds()).Err()
 }
 
 // announceScript sets KEYS[1][ARGV[1]] = ARGV[2] and deletes the fields whose "seen" is
-// older than ARGV[3]: one round trip, and the hash never outgrows the live replicas.
+// older than ARGV[3], or is no number at all (comparing one would stop the script, and
+// with it every replica's heartbeat), NaN or infinite (never older, so never dropped):
+// one round trip, and the hash never outgrows the live replicas.
 var announceScript = redis.NewScript(`
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
 local cutoff = tonumber(ARGV[3])
 for i = 1, #all, 2 do
   local ok, a = pcall(cjson.decode, all[i+1])
-  if not ok or type(a) ~= 'table' or tonumber(a.seen or 0) < cutoff then
+  if not ok or type(a) ~= 'table' or type(a.seen) ~= 'number' or not (a.seen >= cutoff) or a.seen == math.huge then
     redis.call('HDEL', KEYS[1], all[i])
   end
 end

@@ -7,15 +7,25 @@ import (
 
 // RefusedError is why a release may not start beside this deployment: one sentence that
 // names both releases and the fix.
-type RefusedError struct{ Why string }
+type RefusedError struct {
+	Why string
+	Err error // what it was refused on, when that is an error of its own (an *UnreadableError)
+}
 
 func (e *RefusedError) Error() string { return e.Why }
 
+func (e *RefusedError) Unwrap() error { return e.Err }
+
 // Refuse says why me may not start in the deployment s (nil when it may). known is every
-// release me knows, oldest first. Refused: a format in force that me cannot read (a
+// release me knows, oldest first. Refused: a value of the deployment's state that does
+// not read (what it hides cannot be checked), a format in force that me cannot read (a
 // rollback past a finished upgrade), a deployment or a live replica more than one
 // release away.
 func (s Status) Refuse(me Release, known []Release) error {
+	if len(s.Unreadable) > 0 {
+		return &RefusedError{Err: s.Unreadable[0], Why: fmt.Sprintf("relay %s cannot start: Redis holds values of the deployment's state it cannot read: %s; set each right (a heartbeat entry may be deleted: a running replica writes its own again within a heartbeat), relay upgrade status lists them",
+			me.Version, unreadableText(s.Unreadable))}
+	}
 	if s.Release != "" {
 		dep := Release{Version: s.Release, Previous: s.ReleasePrevious}
 		if r, ok := find(known, s.Release); ok {
@@ -31,7 +41,7 @@ func (s Status) Refuse(me Release, known []Release) error {
 			rel = k
 		}
 		if distance(known, me, rel) > 1 {
-			return &RefusedError{Why: apart(me, rel, "live replica "+r.Owner+" runs")}
+			return &RefusedError{Why: apart(me, rel, "live replica "+Shown(r.Owner)+" runs")}
 		}
 	}
 	if me.CanRead(s.Format) {

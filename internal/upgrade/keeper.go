@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,11 +42,13 @@ type Keeper struct {
 	format atomic.Int64
 	m      metrics
 	rw     *rewriter
+
+	lastUnreadable atomic.Value // string: which values reportUnreadable last logged
 }
 
 type metrics struct {
-	format, target, pending prometheus.Gauge
-	replicas                *prometheus.GaugeVec
+	format, target, pending, unreadable prometheus.Gauge
+	replicas                            *prometheus.GaugeVec
 }
 
 // New returns a Keeper; Start, then Run.
@@ -59,11 +62,13 @@ func New(o Options) *Keeper {
 			Help: "1 while a switch to a newer state format waits for live replicas that cannot read it."}),
 		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "relay_upgrade_replicas",
 			Help: "Live replicas by the release they run, as their heartbeats say."}, []string{"version"}),
+		unreadable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "relay_upgrade_unreadable",
+			Help: "Values of the deployment's state in Redis this replica cannot read (relay upgrade status lists them); no state format switch is made while above 0."}),
 	}}
 	k.format.Store(1)
 	k.rw = newRewriter(k)
 	if o.Registerer != nil {
-		o.Registerer.MustRegister(k.m.format, k.m.target, k.m.pending, k.m.replicas)
+		o.Registerer.MustRegister(k.m.format, k.m.target, k.m.pending, k.m.unreadable, k.m.replicas)
 	}
 	k.m.target.Set(float64(o.Release.Target()))
 	return k
@@ -95,10 +100,12 @@ func (k *Keeper) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := announce(ctx, rdb, k.o.Owner, k.o.Release, k.o.TTL); err != nil {
+	if err := announce(ctx, rdb, k.o.Owner, k.o.Release, s.Format, k.o.TTL); err != nil {
 		return fmt.Errorf("replica heartbeat: %w", err)
 	}
-	s.Replicas = append(s.Replicas, Replica{Owner: k.o.Owner, Release: k.o.Release, Seen: time.Now(), Numbered: true}) // as announced
+	me := k.o.Release
+	me.Writes = []int{s.Format}
+	s.Replicas = append(s.Replicas, Replica{Owner: k.o.Owner, Release: me, Seen: time.Now(), Numbered: true}) // as announced
 	k.observe(s)
 	return nil
 }
@@ -130,13 +137,22 @@ func (k *Keeper) Run(ctx context.Context) {
 // round is one heartbeat: announce, read the deployment, switch when due.
 func (k *Keeper) round(ctx context.Context) {
 	rdb := k.o.Store.Client()
-	if err := announce(ctx, rdb, k.o.Owner, k.o.Release, k.o.TTL); err != nil {
+	if err := announce(ctx, rdb, k.o.Owner, k.o.Release, k.Writes(), k.o.TTL); err != nil {
 		k.o.Logger.Warn("replica heartbeat skipped: redis unreachable", "error", err)
 		return
 	}
 	s, err := ReadStatus(ctx, k.o.Store, k.o.TTL)
 	if err != nil {
 		k.o.Logger.Warn("deployment state not read: redis unreachable", "error", err)
+		return
+	}
+	k.reportUnreadable(s.Unreadable)
+	if s.Format == 0 {
+		// The format in force does not read: this replica goes on with the one it
+		// writes (stopping every replica on a value anyone can write would be an
+		// outage), and nothing is switched until it is set right.
+		s.Format = k.Writes()
+		k.observe(s)
 		return
 	}
 	if !k.o.Release.CanRead(s.Format) {
@@ -147,7 +163,9 @@ func (k *Keeper) round(ctx context.Context) {
 		}
 		return
 	}
-	if target := k.o.Release.Target(); s.Format < target && len(s.Waiting(target)) == 0 {
+	// A value that does not read may hide a replica that cannot read the target: no
+	// switch while any is left.
+	if target := k.o.Release.Target(); s.Format < target && len(s.Waiting(target)) == 0 && len(s.Unreadable) == 0 {
 		if err := switchTo(ctx, k.o.Store, s, target, k.o.Release.Version); err == nil {
 			k.o.Logger.Info("switched the deployment's state format: every live replica reads it", "from", s.Format, "to", target)
 			s.Format, s.FormatSince = target, k.o.Release.Version
@@ -156,6 +174,29 @@ func (k *Keeper) round(ctx context.Context) {
 		}
 	}
 	k.observe(s)
+}
+
+// reportUnreadable logs the values of the deployment's keys that do not read when which
+// ones they are changed since the last round (once, not every heartbeat: a heartbeat
+// entry's value changes with each beat), and counts them.
+func (k *Keeper) reportUnreadable(errs []*UnreadableError) {
+	k.m.unreadable.Set(float64(len(errs)))
+	which := make([]string, len(errs))
+	for i, e := range errs {
+		which[i] = e.Key + "\x00" + e.Field + "\x00" + e.Why
+	}
+	key := strings.Join(which, "\x00")
+	last, _ := k.lastUnreadable.Swap(key).(string)
+	if key == last {
+		return
+	}
+	text := unreadableText(errs)
+	if text == "" {
+		k.o.Logger.Info("every value of the deployment's state in Redis reads again")
+		return
+	}
+	k.o.Logger.Error("the deployment's state in Redis holds values this release cannot read; no state format switch is made until they are set right (relay upgrade status lists them)",
+		"unreadable", text, "writes", k.Writes())
 }
 
 func (k *Keeper) observe(s Status) {
@@ -168,7 +209,11 @@ func (k *Keeper) observe(s Status) {
 	k.m.pending.Set(pending)
 	k.m.replicas.Reset()
 	for _, r := range s.Replicas {
-		k.m.replicas.WithLabelValues(r.Release.Version).Inc()
+		version := r.Release.Version
+		if r.Unreadable != nil {
+			version = "unreadable" // its heartbeat names none this replica could read
+		}
+		k.m.replicas.WithLabelValues(version).Inc()
 	}
 }
 
@@ -184,6 +229,10 @@ func Finish(ctx context.Context, st *store.Store, ttl time.Duration, me Release)
 	s, err := ReadStatus(ctx, st, ttl)
 	if err != nil {
 		return "", err
+	}
+	if len(s.Unreadable) > 0 {
+		return "", &RefusedError{Why: "not switched: Redis holds values of the deployment's state relay " + me.Version + " cannot read: " +
+			unreadableText(s.Unreadable) + "; set them right and run relay upgrade finish again", Err: s.Unreadable[0]}
 	}
 	target := me.Target()
 	if s.Format >= target {

@@ -293,7 +293,7 @@ func TestAReleaseNewerThanThisBuildKnowsIsANeighbourOnlyWhenItSaysSo(t *testing.
 		only020 := knownTo(r020)
 		discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 		// A live 0.3.0 this 0.2.0 build has never heard of, naming 0.2.0 as its previous.
-		if err := announce(context.Background(), st.Client(), "n", r030, ttl); err != nil {
+		if err := announce(context.Background(), st.Client(), "n", r030, 1, ttl); err != nil {
 			t.Fatal(err)
 		}
 		k := New(Options{Store: st, Owner: "o", Release: r020, Known: only020, TTL: ttl, Logger: discard})
@@ -301,7 +301,7 @@ func TestAReleaseNewerThanThisBuildKnowsIsANeighbourOnlyWhenItSaysSo(t *testing.
 			t.Fatalf("0.2.0 beside a 0.3.0 that rolls over it: %v", err)
 		}
 		// A live 0.4.0, which names 0.3.0.
-		if err := announce(context.Background(), st.Client(), "m", Release{Version: "0.4.0", Previous: "0.3.0", Reads: []int{1}, Writes: []int{1}}, ttl); err != nil {
+		if err := announce(context.Background(), st.Client(), "m", Release{Version: "0.4.0", Previous: "0.3.0", Reads: []int{1}, Writes: []int{1}}, 1, ttl); err != nil {
 			t.Fatal(err)
 		}
 		k2 := New(Options{Store: st, Owner: "p", Release: r020, Known: only020, TTL: ttl, Logger: discard})
