@@ -42,7 +42,7 @@ type options struct {
 	iamAccount                  string // the customer's AWS account, where IAM makes roles
 	pubsubPort                  int
 	kinesalite                  string // upstream endpoint; "" serves no Kinesis
-	latency                     string // --latency, read into buses by check
+	latency                     string // --latency, read into buses by run
 	buses                       busLatency
 }
 
