@@ -41,7 +41,7 @@ func TestVersionNamesTheReleaseOfVERSION(t *testing.T) {
 		if err := run(context.Background(), args, func(string) string { return "" }, nil, &out, &out); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(out.String(), "relay "+version) || !strings.Contains(out.String(), "rolls over relay 0.1.0") {
+		if !strings.HasPrefix(out.String(), "relay "+version) || !strings.Contains(out.String(), "rolls over relay "+previousRelease().Version) {
 			t.Errorf("relay %v: %q, want relay %s and the release it rolls over", args, out.String(), version)
 		}
 	}
@@ -49,7 +49,8 @@ func TestVersionNamesTheReleaseOfVERSION(t *testing.T) {
 
 // A running relay's heartbeat names its release: relay upgrade status lists it beside a
 // replica of the unnumbered release (a heartbeat with no version, as b01080b's), the
-// format in force and what is pending; /metrics says relay_build_info and the format.
+// format in force and the switch it waits for; /metrics says relay_build_info and the
+// format, and the switch comes by itself once that replica's heartbeat is gone.
 func TestUpgradeStatusNamesEachReplicasReleaseAndTheFormatInForce(t *testing.T) {
 	amqpURL, redisURL := testpeer.SharedRabbitMQ(t), testpeer.RedisURL(t)
 	bin := buildRelay(t)
@@ -79,19 +80,40 @@ func TestUpgradeStatusNamesEachReplicasReleaseAndTheFormatInForce(t *testing.T) 
 	}) {
 		t.Fatalf("relay upgrade status does not list both replicas:\n%s", status)
 	}
-	for _, want := range []string{"state format: 1 in force (always)", "old-pod-1-abc", "relay 0.1.0", "deployment:   newest release started relay " + relay.Version(), "pending:      nothing"} {
+	// Beside a replica that cannot read this release's format, format 1 stays in force
+	// and the switch waits for it.
+	target := thisRelease().Target()
+	for _, want := range []string{"state format: 1 in force (always)", "old-pod-1-abc", "relay 0.1.0", "deployment:   newest release started relay " + relay.Version(),
+		fmt.Sprintf("pending:      the switch to state format %d waits for 1 replica(s) that cannot read it: old-pod-1-abc", target)} {
 		if !strings.Contains(status, want) {
 			t.Errorf("relay upgrade status does not say %q:\n%s", want, status)
 		}
 	}
-	if out, err := relayCmd("upgrade", "finish", "--config", cfg); err != nil || !strings.Contains(string(out), "nothing to finish") {
-		t.Errorf("relay upgrade finish: %v: %s", err, out)
+	if out, err := relayCmd("upgrade", "finish", "--config", cfg); err == nil || !strings.Contains(string(out), "old-pod-1-abc") {
+		t.Errorf("relay upgrade finish beside a replica that cannot read format %d: %v: %s; want it refused naming the replica", target, err, out)
 	}
 	page := httpDo(t, "GET", "http://"+metricsListen+"/metrics", "").body
-	for _, want := range []string{`relay_build_info{goversion="`, `version="` + relay.Version() + `"`, "relay_state_format 1", "relay_upgrade_pending 0", `relay_upgrade_replicas{version="` + relay.Version() + `"} 1`} {
+	for _, want := range []string{`relay_build_info{goversion="`, `version="` + relay.Version() + `"`, "relay_state_format 1", "relay_upgrade_pending 1", `relay_upgrade_replicas{version="` + relay.Version() + `"} 1`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// Once that replica's heartbeat is gone, the relay switches by itself.
+	if err := rdb.ZRem(context.Background(), storetest.ReplicasKey, "old-pod-1-abc").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(30*time.Second, func() bool {
+		out, err := relayCmd("upgrade", "status", "--config", cfg)
+		status = string(out)
+		return err == nil && strings.Contains(status, fmt.Sprintf("state format: %d in force (since relay %s switched", target, relay.Version())) &&
+			strings.Contains(status, "pending:      nothing")
+	}) {
+		t.Fatalf("relay upgrade status once the old replica left does not show the switch to format %d:\n%s", target, status)
+	}
+	if !waitFor(30*time.Second, func() bool {
+		return strings.Contains(httpDo(t, "GET", "http://"+metricsListen+"/metrics", "").body, fmt.Sprintf("relay_state_format %d", target))
+	}) {
+		t.Errorf("/metrics does not say relay_state_format %d after the switch", target)
 	}
 	// Stopping removes its heartbeat entry at once.
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
@@ -113,10 +135,10 @@ func TestARelayRefusesToStartBesideAFormatOrAReleaseItCannotRunWith(t *testing.T
 		fields []any
 		want   []string
 	}{
-		{"a format switched by a newer release", []any{"format", "2", "format_since", "0.3.0", "release", "0.3.0", "release_previous", relay.Version()},
-			[]string{"relay " + relay.Version() + " cannot start", "state format 2", "switched by relay 0.3.0", "run relay 0.3.0 or later"}},
-		{"a deployment two releases ahead", []any{"format", "1", "release", "0.4.0", "release_previous", "0.3.0"},
-			[]string{"relay " + relay.Version() + " cannot start", "this deployment last ran relay 0.4.0", "more than one release ahead"}},
+		{"a format switched by a newer release", []any{"format", "3", "format_since", "0.4.0", "release", "0.4.0", "release_previous", relay.Version()},
+			[]string{"relay " + relay.Version() + " cannot start", "state format 3", "switched by relay 0.4.0", "run relay 0.4.0 or later"}},
+		{"a deployment two releases ahead", []any{"format", "1", "release", "0.5.0", "release_previous", "0.4.0"},
+			[]string{"relay " + relay.Version() + " cannot start", "this deployment last ran relay 0.5.0", "more than one release ahead"}},
 		// Values that do not read are refused, never taken for format 1.
 		{"a format that is a word", []any{"format", "abc"},
 			[]string{"relay " + relay.Version() + " cannot start", `relay:{replicas}:deployment field "format" holds "abc"`}},
