@@ -8,12 +8,13 @@ PEERS_DIR := .peers
 
 # The store suite runs each test on one server and on Redis Cluster; the ingest suite
 # runs again with RELAY_TEST_REDIS=cluster (one shared cluster for the test binary).
-# Tests that compare wall times (RELAY_TEST_ALONE) run last, alone on the machine.
+# Tests that compare or bound wall times (RELAY_TEST_ALONE) run last, alone on the machine.
 test:
 	go vet ./...
 	go test -count=1 -timeout 15m ./...
 	RELAY_TEST_REDIS=cluster go test -count=1 -timeout 5m ./internal/ingest/
 	RELAY_TEST_ALONE=1 go test -count=1 -timeout 5m -run 'TestScrapingABigBacklogDoesNotSlowOtherAccounts' ./internal/api/
+	RELAY_TEST_ALONE=1 go test -count=1 -timeout 10m -run 'TestBusesFarAwayTakeEveryEventWithinTheirRoundTripsInOrder' ./cmd/relay/
 
 peers-up:
 	scripts/peers.sh start $(PEERS_DIR)

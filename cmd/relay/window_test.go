@@ -56,6 +56,10 @@ const (
 // counts, the key resumes in order), and with the replica writing SIGKILLed mid-stream
 // ("sigkill": the other takes over).
 func TestBusesFarAwayTakeEveryEventWithinTheirRoundTripsInOrder(t *testing.T) {
+	// Its 35 s bound is a wall time: it runs after the suite, alone on the machine.
+	if os.Getenv("RELAY_TEST_ALONE") == "" {
+		t.Skip("a wall-time bound: runs alone (RELAY_TEST_ALONE=1), as make test does after the suite")
+	}
 	d := startFar(t)
 	t.Run("late", func(t *testing.T) {
 		o := d.offer(t, 0)
