@@ -6,11 +6,12 @@ import { AttemptLog } from './attempts.js';
 import { chartView, sum } from './chart.js';
 import { renderSummary, updateLive } from './chrome.js';
 import { askActivate, askDisable, askReplay } from './dialogs.js';
-import { copyable, el, row } from './dom.js';
+import { el, row } from './dom.js';
 import { actionError } from './errors.js';
 import { Follower } from './follow.js';
 import { formatAge, formatNumber, formatTime, t } from './i18n.js';
 import { askChange, askDelete } from './manage.js';
+import { setupBlocks } from './setup.js';
 import { app, isAdmin } from './state.js';
 
 const chartEvery = 20000; // ms between two reads of a card's chart
@@ -26,6 +27,7 @@ export class CardView {
     this.root = el('article', { class: 'card', 'data-id': card.id });
     this.testOutcome = null; // {outcome, message} of the last «Send a test»
     this.notice = ''; // the last action's answer or error
+    this.setupTab = ''; // the setup's tab last chosen ('' the first)
     this.noticeKind = '';
     this.log = new AttemptLog(this);
     this.chart = null;
@@ -94,7 +96,11 @@ export class CardView {
       el('span', { class: 'badge live-state' }));
     const target = el('dl', { class: 'target' }, targetRows(c));
     const actions = el('div', { class: 'actions' }, buttons);
-    const setup = el('section', { class: 'setup' }, setupBlocks(c));
+    // The setup's tabs end with Send a test: the card's own button right after them on a
+    // card just added, a second one at the foot of the setup on the others.
+    const setupTest = this.fresh ? null
+      : el('button', { type: 'button', class: 'setup-test', onclick: () => this.sendTest() }, t('sendTest'));
+    const setup = el('section', { class: 'setup' }, setupBlocks(c, this, setupTest));
     this.root.classList.toggle('fresh', this.fresh);
     // A card just added opens on what to set up, Send a test right under it: the whole
     // setup on one screen. Its state, chart and log follow.
@@ -197,6 +203,7 @@ export class CardView {
     q('.pause').disabled = app.down || c.status !== 'active';
     q('.activate').disabled = app.down || c.status === 'active';
     q('.test').disabled = app.down || q('.test').dataset.busy === 'true';
+    if (q('.setup-test')) q('.setup-test').disabled = q('.test').disabled;
     q('.replay').disabled = app.down;
     for (const b of this.root.querySelectorAll('.actions .disable, .actions .change, .actions .delete')) b.disabled = app.down;
     for (const b of this.root.querySelectorAll('.attempts button')) b.disabled = app.down || (b.classList.contains('retry') && c.status !== 'active');
@@ -244,9 +251,11 @@ export class CardView {
 
   async sendTest() {
     const b = this.root.querySelector('.test');
+    const again = this.root.querySelector('.setup-test');
     b.dataset.busy = 'true';
     b.disabled = true;
     b.textContent = t('sending');
+    if (again) again.textContent = t('sending');
     this.testOutcome = null;
     this.setNotice('');
     try {
@@ -256,6 +265,7 @@ export class CardView {
     }
     b.dataset.busy = 'false';
     b.textContent = t('sendTest');
+    if (again) again.textContent = t('sendTest');
     this.renderState();
   }
 
@@ -323,26 +333,4 @@ function targetRows(c) {
   }
   if (c.managed_by === 'config') rows.push(row(t('managedBy'), el('span', { class: 'managed' }, t('managedByConfig'))));
   return rows;
-}
-
-// setupBlocks is what the customer applies, each part ready to copy: the ExternalId and
-// the policies of their role (AWS), or our service account and the gcloud commands.
-function setupBlocks(c) {
-  const s = c.setup || {};
-  const json = (v) => JSON.stringify(v, null, 2);
-  const part = (title, ...body) => el('div', { class: 'setup-part' }, el('h3', {}, title), ...body);
-  if (c.connector === 'pubsub') {
-    return [
-      part(t('serviceAccount'), copyable(s.service_account || '', 'service-account')),
-      part(t('commands'), (s.commands || []).map((cmd, i) => copyable(cmd, 'command-' + (i + 1), true))),
-    ];
-  }
-  return [
-    part(t('externalId'), copyable(c.external_id || '', 'external-id')),
-    part(t('ourRole'), copyable(s.principal_arn || '', 'principal-arn')),
-    part(t('trustPolicy'), copyable(json(s.trust_policy), 'trust-policy', true)),
-    part(t('permissionsPolicy'), copyable(json(s.permissions_policy), 'permissions-policy', true)),
-    part(t('kmsStatement'),
-      s.kms_statement ? copyable(json(s.kms_statement), 'kms-statement', true) : el('p', { class: 'help' }, t('noKms'))),
-  ];
 }
