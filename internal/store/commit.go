@@ -135,9 +135,13 @@ local function commit_one()
   local failures = tonumber(h[5] or '0')
   local was_failures, was_failing = failures, failing
   if kind == 'delivered' then
-    failures = 0
-    if failing then del[#del + 1] = 'failing' end -- the run of failures ends
-    failing = false
+    -- A write in flight when the destination stopped may land after it: the count the
+    -- card shows for a disable stays (an activation resets it).
+    if status == 'active' or is_test then
+      failures = 0
+      if failing then del[#del + 1] = 'failing' end -- the run of failures ends
+      failing = false
+    end
     last_delivery = cjson.encode({at = iso, event_id = event_id})
     put('last_delivery', last_delivery)
   elseif kind == 'rejected' then

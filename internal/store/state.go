@@ -274,8 +274,13 @@ elseif want == 'active' then
     local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)[1]
     if last then redis.call('HSET', KEYS[1], 'cursor', last[1]) end
   end
-  -- since_disabled / since_paused: the cursor stays where delivery stopped.
-  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  -- since_disabled / since_paused: the cursor stays where delivery stopped, and what
+  -- ended past it (state format 2's done field) stays ended under the new epoch.
+  local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  if since ~= '' and not replay_from then
+    local rest = string.match(redis.call('HGET', KEYS[1], 'done') or '', '^[^|]*|(.+)$')
+    if rest then redis.call('HSET', KEYS[1], 'done', epoch .. '|' .. rest) end
+  end
   redis.call('HSET', KEYS[1], 'status', 'active', 'consecutive_failures', 0)
   redis.call('HDEL', KEYS[1], 'failing')
   redis.call('HDEL', KEYS[1], 'disabled')
