@@ -273,3 +273,32 @@ func decodedPolicy(enc string) any {
 	}
 	return json.RawMessage(doc) // its members in their order, as the AWS CLI keeps them
 }
+
+// cardLines is `sandbox card FIELD`: it reads a destination card (the API's JSON) on
+// stdin and prints each string of its setup.FIELD (aws_cli, commands), each ended by a
+// NUL, for a shell to read (bash: mapfile -d "") and run as the customer would. A card
+// without the field prints nothing.
+func cardLines(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: sandbox card FIELD < card.json   (FIELD: aws_cli, commands)")
+		return 2
+	}
+	var card struct {
+		Setup map[string]json.RawMessage `json:"setup"`
+	}
+	if err := json.NewDecoder(stdin).Decode(&card); err != nil {
+		fmt.Fprintf(stderr, "sandbox card: the input is not a card: %v\n", err)
+		return 1
+	}
+	var lines []string
+	if raw, ok := card.Setup[args[0]]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &lines); err != nil {
+			fmt.Fprintf(stderr, "sandbox card: setup.%s is not a list of strings: %v\n", args[0], err)
+			return 1
+		}
+	}
+	for _, l := range lines {
+		fmt.Fprint(stdout, l+"\x00")
+	}
+	return 0
+}

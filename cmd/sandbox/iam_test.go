@@ -285,3 +285,22 @@ func TestIAMTakesTheRealAWSCLI(t *testing.T) {
 		t.Fatalf("PutEvents on another bus: %v; want AccessDeniedException", err)
 	}
 }
+
+// TestCardLinesAreTheCardsCommands: `sandbox card aws_cli` prints the card's commands as
+// they are, quotes and all, each ended by a NUL; a card without them prints nothing.
+func TestCardLinesAreTheCardsCommands(t *testing.T) {
+	cmds := []string{"aws iam create-role --role-name r --assume-role-policy-document " + shellQuote(trustFor("relay-x")),
+		"aws iam put-role-policy --role-name r --policy-name p --policy-document '" + `{"it's":"quoted"}` + "'"}
+	card, _ := json.Marshal(map[string]any{"id": "orders-bus", "setup": map[string]any{"aws_cli": cmds, "quick_create_url": nil}})
+	var out, errs bytes.Buffer
+	if code := cardLines([]string{"aws_cli"}, bytes.NewReader(card), &out, &errs); code != 0 || out.String() != cmds[0]+"\x00"+cmds[1]+"\x00" {
+		t.Fatalf("sandbox card aws_cli: exit %d, printed %q %s", code, out.String(), errs.String())
+	}
+	out.Reset()
+	if code := cardLines([]string{"aws_cli"}, strings.NewReader(`{"setup":{"principal_arn":"x"}}`), &out, &errs); code != 0 || out.Len() != 0 {
+		t.Fatalf("a card without aws_cli: exit %d, printed %q", code, out.String())
+	}
+	if code := cardLines([]string{"aws_cli"}, strings.NewReader(`not json`), &out, &errs); code == 0 {
+		t.Fatal("a body that is not a card was taken")
+	}
+}

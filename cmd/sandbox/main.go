@@ -33,7 +33,8 @@
 //
 // `sandbox aws iam create-role …` (awscli.go) stands in for the AWS CLI where it is not
 // installed: it sends a card's IAM commands, split as the shell split them, to the
-// sandbox's IAM as the AWS CLI would.
+// sandbox's IAM as the AWS CLI would; `sandbox card aws_cli < card.json` prints a card's
+// commands, each ended by a NUL, for a shell to run them as they are (scripts/demo.sh).
 package main
 
 import (
@@ -48,6 +49,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if len(os.Args) > 1 && os.Args[1] == "aws" { // the AWS CLI's IAM commands (awscli.go)
 		code := awsCLI(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "card" { // a card's commands, for a shell to run (demo.sh)
+		code := cardLines(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
