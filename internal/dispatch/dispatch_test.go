@@ -508,6 +508,24 @@ func TestEventFilterDeliversOnlyTheListedTypes(t *testing.T) {
 	}
 }
 
+// A long run of events a destination filters out (more than a read takes at once, all
+// there before it starts) does not leave it parked short of the one it wants after them.
+func TestALongRunOfFilteredEventsDoesNotStallTheOneAfterIt(t *testing.T) {
+	sink := newTestSink(nil)
+	dest := bus("orders", "111122223333")
+	dest.Events = []string{"job.completed"}
+	r := newRig(t, sink, dest)
+	types := make([]string, 3*readBatch)
+	for i := range types {
+		types[i] = "job.failed"
+	}
+	ids := r.publish(append(types, "job.completed")...)
+	r.start()
+	waitFor(t, "the wanted event after the filtered run delivered", func() bool {
+		return slices.Equal(sink.got("orders"), ids[len(ids)-1:])
+	})
+}
+
 func TestRedefinedDestinationAsksWatchersToResyncAndRemovedOneKeepsItsState(t *testing.T) {
 	sink := newTestSink(nil)
 	dest := bus("orders", "111122223333")

@@ -72,7 +72,7 @@ func (w *worker) forget(done []string) {
 }
 
 // deliverWindow writes the events past the cursor, as many at once as the window lets
-// (windowed.go decides which), and records each outcome as its write ends. It returns
+// (package window decides which), and records each outcome as its write ends. It returns
 // idle when nothing is left to write, idleFor when what is left waits out a backoff or
 // the rate cap, and errStop (or the lease's error) when the destination stopped: then
 // no write starts any more, and those in flight finish and are recorded first.
@@ -87,7 +87,8 @@ func (w *worker) deliverWindow(ctx context.Context, dest destination.Destination
 		}
 	}()
 	for {
-		if err = w.take(ctx, dest); err != nil {
+		var took int
+		if took, err = w.take(ctx, dest); err != nil {
 			break
 		}
 		var wait time.Duration
@@ -98,7 +99,10 @@ func (w *worker) deliverWindow(ctx context.Context, dest destination.Destination
 			if err = w.commitSettled(ctx); err != nil {
 				break
 			}
-			if ww.win.Len() == 0 {
+			switch {
+			case ww.win.Len() == 0 && took > 0:
+				continue // all filtered out: the log may hold more past them
+			case ww.win.Len() == 0:
 				return true, nil
 			}
 			return false, idleFor{pause: max(wait, time.Millisecond)}
@@ -131,21 +135,20 @@ func (w *worker) deliverWindow(ctx context.Context, dest destination.Destination
 // from the account's entries this replica read for all its destinations, or, for a
 // destination behind them, from the log itself. An event the destination does not
 // want, or that ended before a takeover (state format 2), needs no write.
-func (w *worker) take(ctx context.Context, dest destination.Destination) error {
+func (w *worker) take(ctx context.Context, dest destination.Destination) (took int, err error) {
 	ww := w.ww
 	room := min(ww.win.Room(), readBatch)
 	if room <= 0 {
-		return nil
+		return 0, nil
 	}
 	entries, ok := w.d.feedOf(w.dest.Account).after(ww.read, room)
 	if !ok {
 		if ww.logEnd || room < min(readBatch, ww.win.Ahead())/4 {
-			return nil // read more once more room is free: a round trip per batch, not per event
+			return 0, nil // read more once more room is free: a round trip per batch, not per event
 		}
-		var err error
 		if entries, err = w.d.opts.Store.ReadLog(ctx, w.dest.Account, ww.read, int64(room)); err != nil {
 			w.log.Warn("cannot read the account log", "error", err)
-			return idleFor{pause: time.Second}
+			return 0, idleFor{pause: time.Second}
 		}
 		ww.logEnd = len(entries) < room
 	}
@@ -161,7 +164,7 @@ func (w *worker) take(ctx context.Context, dest destination.Destination) error {
 		ww.win.Add(e.ID, orderingKey(msg))
 		ww.held[e.ID] = heldEvent{entry: e, msg: msg}
 	}
-	return nil
+	return len(entries), nil
 }
 
 // orderingKey is the key the bus orders by (Kinesis PartitionKey, Pub/Sub ordering_key):
