@@ -508,6 +508,50 @@ func TestEventFilterDeliversOnlyTheListedTypes(t *testing.T) {
 	}
 }
 
+// A destination with a long backlog does not keep its pool goroutine for all of it:
+// with one pass at a time, another account's destination is delivered to long before
+// the backlog is through (the busy one yields once it had its share, passShare writes).
+func TestABusyDestinationYieldsItsPassToTheOthersWaiting(t *testing.T) {
+	quietDelivered := make(chan int, 1)
+	var busyCount atomic.Int64
+	sink := newTestSink(func(dest string, _ destination.Message, _ int) error {
+		switch dest {
+		case "busy":
+			busyCount.Add(1)
+			time.Sleep(time.Millisecond)
+		case "quiet":
+			select {
+			case quietDelivered <- int(busyCount.Load()):
+			default:
+			}
+		}
+		return nil
+	})
+	quiet := bus("quiet", "444455556666")
+	quiet.Account = "acct_quiet"
+	r := newRig(t, sink, bus("busy", "111122223333"), quiet)
+	r.d.opts.MaxActive = 1 // one pass at a time
+	backlog := make([]string, 8*passShare)
+	for i := range backlog {
+		backlog[i] = "job.completed"
+	}
+	r.publish(backlog...)
+	r.start()
+	waitFor(t, "the busy destination writing", func() bool { return busyCount.Load() > 0 })
+	if _, err := r.publishTo("acct_quiet", "job.completed"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-quietDelivered:
+		if n >= len(backlog) {
+			t.Fatalf("the quiet destination waited for the whole backlog of %d", len(backlog))
+		}
+		t.Logf("the quiet destination's event went after %d of the busy one's %d", n, len(backlog))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the quiet destination's event was never written")
+	}
+}
+
 // A long run of events a destination filters out (more than a read takes at once, all
 // there before it starts) does not leave it parked short of the one it wants after them.
 func TestALongRunOfFilteredEventsDoesNotStallTheOneAfterIt(t *testing.T) {

@@ -164,6 +164,14 @@ func (d *Dispatcher) enqueue(w *worker) {
 	}
 }
 
+// contended says workers wait for a pool goroutine while every one is busy.
+func (d *Dispatcher) contended() bool {
+	p := &d.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue) > 0 && p.serving >= d.opts.MaxActive
+}
+
 // serve runs the queued workers' turns until the queue is empty.
 func (d *Dispatcher) serve() {
 	p := &d.pool

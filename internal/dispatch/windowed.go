@@ -86,20 +86,32 @@ func (w *worker) deliverWindow(ctx context.Context, dest destination.Destination
 			timer.Stop()
 		}
 	}()
+	started := 0
 	for {
+		// A pass that has had its share yields its pool goroutine to the workers queued
+		// for one: it starts no more writes, and once those in flight ended it is queued
+		// again behind them. No busy destination keeps the others from their turn.
+		yielding := started >= passShare && w.d.contended()
 		var took int
-		if took, err = w.take(ctx, dest); err != nil {
-			break
-		}
 		var wait time.Duration
-		if wait, err = w.startWrites(ctx, dest); err != nil {
-			break
+		if !yielding {
+			if took, err = w.take(ctx, dest); err != nil {
+				break
+			}
+			var n int
+			n, wait, err = w.startWrites(ctx, dest)
+			started += n
+			if err != nil {
+				break
+			}
 		}
 		if ww.win.Writing() == 0 {
 			if err = w.commitSettled(ctx); err != nil {
 				break
 			}
 			switch {
+			case yielding:
+				return false, nil
 			case ww.win.Len() == 0 && took > 0:
 				continue // all filtered out: the log may hold more past them
 			case ww.win.Len() == 0:
@@ -177,21 +189,21 @@ func orderingKey(m destination.Message) string {
 }
 
 // startWrites starts every write the window lets go now, each behind the write fence
-// (startWrite). wait is how long until a held event's backoff or the rate cap lets the
+// (startWrite), and says how many it started. wait is how long until a held event's backoff or the rate cap lets the
 // next one go (zero: only a write ending makes room).
-func (w *worker) startWrites(ctx context.Context, dest destination.Destination) (wait time.Duration, err error) {
+func (w *worker) startWrites(ctx context.Context, dest destination.Destination) (started int, wait time.Duration, err error) {
 	ww := w.ww
 	cfg := w.d.opts.Delivery
 	for {
 		now := w.d.opts.Now()
 		id, ok, wait := ww.win.Next(now)
 		if !ok {
-			return wait, nil
+			return started, wait, nil
 		}
 		h := ww.held[id]
 		if now.Sub(store.EntryTime(id)) > cfg.MaxMessageAge {
 			if err := w.expire(ctx, h); err != nil {
-				return 0, err
+				return started, 0, err
 			}
 			continue
 		}
@@ -201,11 +213,17 @@ func (w *worker) startWrites(ctx context.Context, dest destination.Destination) 
 			if ctx.Err() == nil {
 				w.log.Info("write not started: the destination changed", "event_id", h.entry.EventID)
 			}
-			return 0, errStop
+			return started, 0, errStop
 		}
 		go w.send(ctx, dest, h, ww.results)
+		started++
 	}
 }
+
+// passShare is how many writes a pass starts before it yields to workers queued for a
+// pool goroutine (the old pass's batch of readBatch, four times over: a window drains
+// once in that many writes, and only while others wait).
+const passShare = 4 * readBatch
 
 // drain waits for the writes in flight after the pass stopped, and records each: they
 // may have landed, and the card and the cursor must say so. Nothing new starts.
