@@ -459,7 +459,7 @@ type CardFields struct {
 	// Sequence The last event of destination:<id> the card reflects.
 	Sequence int64 `json:"sequence"`
 
-	// Setup What the customer applies: policies for AWS, a service account and commands for Pub/Sub.
+	// Setup What the customer applies: policies for AWS, with the role they make as a CloudFormation template, Terraform and AWS CLI commands; a service account, gcloud commands and their Terraform for Pub/Sub.
 	Setup  Setup  `json:"setup"`
 	Status Status `json:"status"`
 
@@ -511,7 +511,7 @@ type ChangedCard struct {
 	// Sequence The last event of destination:<id> the card reflects.
 	Sequence int64 `json:"sequence"`
 
-	// Setup What the customer applies: policies for AWS, a service account and commands for Pub/Sub.
+	// Setup What the customer applies: policies for AWS, with the role they make as a CloudFormation template, Terraform and AWS CLI commands; a service account, gcloud commands and their Terraform for Pub/Sub.
 	Setup  Setup  `json:"setup"`
 	Status Status `json:"status"`
 
@@ -891,7 +891,7 @@ type ReplayedCard struct {
 	// Sequence The last event of destination:<id> the card reflects.
 	Sequence int64 `json:"sequence"`
 
-	// Setup What the customer applies: policies for AWS, a service account and commands for Pub/Sub.
+	// Setup What the customer applies: policies for AWS, with the role they make as a CloudFormation template, Terraform and AWS CLI commands; a service account, gcloud commands and their Terraform for Pub/Sub.
 	Setup  Setup  `json:"setup"`
 	Status Status `json:"status"`
 
@@ -970,14 +970,25 @@ type SessionRequest struct {
 	Code string `json:"code"`
 }
 
-// Setup What the customer applies: policies for AWS, a service account and commands for Pub/Sub.
+// Setup What the customer applies: policies for AWS, with the role they make as a CloudFormation template, Terraform and AWS CLI commands; a service account, gcloud commands and their Terraform for Pub/Sub.
 type Setup struct {
+	// AwsCli AWS: aws iam create-role, then aws iam put-role-policy, each one line a POSIX shell runs as it is.
+	AwsCli *[]string `json:"aws_cli,omitempty"`
+
+	// Cloudformation AWS: a CloudFormation template (YAML) that creates the role named in role_arn (its path too) with trust_policy and one inline policy, permissions_policy plus kms_statement when not null, and outputs the role's ARN.
+	Cloudformation    *string    `json:"cloudformation,omitempty"`
 	Commands          *[]string  `json:"commands,omitempty"`
 	KmsStatement      *Statement `json:"kms_statement,omitempty"`
 	PermissionsPolicy *Policy    `json:"permissions_policy,omitempty"`
 	PrincipalArn      *string    `json:"principal_arn,omitempty"`
-	ServiceAccount    *string    `json:"service_account,omitempty"`
-	TrustPolicy       *Policy    `json:"trust_policy,omitempty"`
+
+	// QuickCreateURL AWS: the CloudFormation console's quick-create link for the connector's template at identity.aws_template_url, in the bus's or stream's region, every parameter filled in for this destination; null when the operator has not set identity.aws_template_url.
+	QuickCreateURL *string `json:"quick_create_url,omitempty"`
+	ServiceAccount *string `json:"service_account,omitempty"`
+
+	// Terraform AWS: aws_iam_role and aws_iam_role_policy with the same policies as jsonencode. Pub/Sub: the three gcloud commands in Terraform, two google_pubsub_topic_iam_member and the topic's label (on its google_pubsub_topic, adopted by an import block).
+	Terraform   *string `json:"terraform,omitempty"`
+	TrustPolicy *Policy `json:"trust_policy,omitempty"`
 }
 
 // SignInLink defines model for SignInLink.

@@ -3,7 +3,8 @@
 # their state under one directory, without Docker or systemd.
 #
 #   scripts/peers.sh install         apt-get the servers (and chromium for the console test, promtool) when missing,
-#                                    npm-install kinesalite and the API document's checks (redocly, openapi-typescript, tsc)
+#                                    npm-install kinesalite, the API document's checks (redocly, openapi-typescript, tsc)
+#                                    and cfn-lint (the cards' CloudFormation templates)
 #   eval "$(scripts/peers.sh start DIR)"   start both, print RELAY_TEST_* exports on stdout
 #   scripts/peers.sh stop DIR        SIGTERM what start started and wait for it
 #
@@ -142,6 +143,14 @@ cmd_install() {
 		log "installing @redocly/cli@2.77.0, openapi-typescript@7.13.0 and typescript@5.9.3 into $adir"
 		mkdir -p "$adir"
 		npm install --no-audit --no-fund --no-save --prefix "$adir" @redocly/cli@2.77.0 openapi-typescript@7.13.0 typescript@5.9.3 >&2
+	fi
+	# cfn-lint, the CloudFormation linter the cards' templates pass (internal/testpeer's
+	# CfnLint finds it here; its version is testpeer.CfnLintVersion).
+	local cdir=${RELAY_CFN_LINT_DIR:-$HOME/.cache/relay-test/cfn-lint-1.9.7}
+	if [[ ! -x $cdir/node_modules/.bin/cfn-lint ]]; then
+		log "installing cfn-lint@1.9.7 into $cdir"
+		mkdir -p "$cdir"
+		npm install --no-audit --no-fund --no-save --prefix "$cdir" cfn-lint@1.9.7 >&2
 	fi
 }
 

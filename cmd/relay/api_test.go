@@ -80,7 +80,9 @@ func TestDestinationsListAndShowPrintTheCards(t *testing.T) {
 	}
 	for _, want := range []string{"orders-stream (kinesis), account acct_1", "consecutive failures: 1",
 		"Trust policy", `"sts:ExternalId": "relay-`, "Permissions policy", `"Action": "kinesis:PutRecord"`,
-		"KMS statement", "kms:GenerateDataKey", "external id:          relay-"} {
+		"KMS statement", "kms:GenerateDataKey", "external id:          relay-",
+		"CloudFormation template", "    Type: AWS::IAM::Role", "Terraform:", `  resource "aws_iam_role_policy" "mercamap_orders_stream" {`,
+		"AWS CLI:\n  aws iam create-role --role-name mercamap-delivery --assume-role-policy-document '{", "  aws iam put-role-policy --role-name mercamap-delivery"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("show lacks %q:\n%s", want, out.String())
 		}
@@ -89,7 +91,8 @@ func TestDestinationsListAndShowPrintTheCards(t *testing.T) {
 	if err := run(context.Background(), []string{"destinations", "show", "orders-topic", "--api", r.URL}, env, nil, &out, &errOut); err != nil {
 		t.Fatalf("show: %v", err)
 	}
-	if !strings.Contains(out.String(), "gcloud pubsub topics update relay-events --project=acme-prod --update-labels=mercamap-account=acct_1") {
+	if !strings.Contains(out.String(), "gcloud pubsub topics update relay-events --project=acme-prod --update-labels=mercamap-account=acct_1") ||
+		!strings.Contains(out.String(), "Or with Terraform:\n") || !strings.Contains(out.String(), `  resource "google_pubsub_topic_iam_member" "mercamap_orders_topic_publisher" {`) {
 		t.Errorf("pubsub show:\n%s", out.String())
 	}
 	err := run(context.Background(), []string{"destinations", "show", "other-bus", "--api", r.URL}, env, nil, &out, &errOut)

@@ -268,6 +268,15 @@ func printCard(w io.Writer, c client.Card) {
 		if s.KmsStatement != nil {
 			printPolicy(w, "KMS statement (add to the role's permissions, for the stream's key)", s.KmsStatement)
 		}
+		fmt.Fprintln(w, "\nThe role with these policies, in three forms:")
+		printBlock(w, "CloudFormation template (aws cloudformation deploy --template-file role.yaml --capabilities CAPABILITY_NAMED_IAM …)", s.Cloudformation)
+		printBlock(w, "Terraform", s.Terraform)
+		if s.AwsCli != nil {
+			printBlock(w, "AWS CLI", ptr(strings.Join(*s.AwsCli, "\n")))
+		}
+		if s.QuickCreateURL != nil {
+			fmt.Fprintf(w, "\nQuick-create (Launch stack in the customer's AWS console):\n  %s\n", *s.QuickCreateURL)
+		}
 	}
 	if s.ServiceAccount != nil {
 		fmt.Fprintf(w, "\nOur service account: %v\nRun:\n", *s.ServiceAccount)
@@ -276,8 +285,23 @@ func printCard(w io.Writer, c client.Card) {
 				fmt.Fprintf(w, "  %v\n", c)
 			}
 		}
+		printBlock(w, "Or with Terraform", s.Terraform)
 	}
 }
+
+// printBlock prints a titled block of lines (a template, a snippet, commands), each
+// indented two spaces; nothing when text is nil.
+func printBlock(w io.Writer, title string, text *string) {
+	if text == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	for _, line := range strings.Split(strings.TrimRight(*text, "\n"), "\n") {
+		fmt.Fprintln(w, strings.TrimRight("  "+line, " "))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func printPolicy(w io.Writer, title string, v any) {
 	b, err := json.MarshalIndent(v, "  ", "  ")

@@ -47,6 +47,6 @@ destination (Amazon EventBridge, Amazon Kinesis, Google Pub/Sub), in arrival ord
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCmd(e), checkConfigCmd(e), deriveKeyCmd(e), publishCmd(e), watchCmd(e), destinationsCmd(e), externalIDsCmd(e), exportCmd(e), accountsCmd(e), signInLinkCmd(e), versionCmd(e), upgradeCmd(e))
+	root.AddCommand(serveCmd(e), checkConfigCmd(e), deriveKeyCmd(e), publishCmd(e), watchCmd(e), destinationsCmd(e), externalIDsCmd(e), exportCmd(e), accountsCmd(e), signInLinkCmd(e), setupTemplateCmd(e), versionCmd(e), upgradeCmd(e))
 	return root.ExecuteContext(ctx)
 }

@@ -591,8 +591,12 @@ func (r *roll) sameCards(a, b *replica) {
 // lacks them. Every other field must be the same from either release.
 var rollAddedCardFields = []string{"in_flight", "max_rate"}
 
+// rollAddedSetupFields are the fields this release adds inside the card's setup (the
+// role's forms, issue 55): the same holds of them.
+var rollAddedSetupFields = []string{"cloudformation", "terraform", "aws_cli", "quick_create_url"}
+
 // dropAdded takes out of p's card, when p runs this release and other the previous one,
-// the fields this release adds that other's card lacks.
+// the fields this release adds that other's card lacks, in the card and in its setup.
 func (r *roll) dropAdded(p *replica, card map[string]any, other *replica, otherCard map[string]any) {
 	if p.bin != r.newBin || other.bin != r.oldBin {
 		return
@@ -600,6 +604,13 @@ func (r *roll) dropAdded(p *replica, card map[string]any, other *replica, otherC
 	for _, f := range rollAddedCardFields {
 		if _, ok := otherCard[f]; !ok {
 			delete(card, f)
+		}
+	}
+	setup, _ := card["setup"].(map[string]any)
+	otherSetup, _ := otherCard["setup"].(map[string]any)
+	for _, f := range rollAddedSetupFields {
+		if _, ok := otherSetup[f]; !ok && setup != nil {
+			delete(setup, f)
 		}
 	}
 }

@@ -83,6 +83,26 @@ func (p *parser) checkIdentity(c *Config) {
 	case anyPubSub:
 		p.add("identity.gcp_service_account", "is required when a pubsub destination is configured: the email of our own service account, which customers grant on their topics")
 	}
+	if id.AWSTemplateURL != "" {
+		if msg := checkTemplateURL(id.AWSTemplateURL); msg != "" {
+			p.add("identity.aws_template_url", "%s", msg)
+		}
+	}
+}
+
+// checkTemplateURL returns why s cannot be identity.aws_template_url, or "" when it can:
+// an https URL (the S3 object CloudFormation's quick-create reads) naming {connector}
+// where the connector's name goes.
+func checkTemplateURL(s string) string {
+	const want = "must be the https URL of the templates relay setup-template prints, uploaded to S3, with {connector} where eventbridge or kinesis goes, like https://my-bucket.s3.us-east-1.amazonaws.com/relay/{connector}.yaml"
+	u, err := url.Parse(destination.TemplateURL(s, destination.EventBridge))
+	switch {
+	case err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Fragment != "":
+		return want
+	case !strings.Contains(s, destination.ConnectorPlaceholder):
+		return "names no {connector}: " + want
+	}
+	return ""
 }
 
 func (p *parser) checkRabbitMQ(r *RabbitMQ) {

@@ -194,6 +194,7 @@ func (p *parser) decode(root *yaml.Node, c *Config) {
 				"aws_principal_arn":   func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.AWSPrincipalARN) },
 				"gcp_service_account": func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.GCPServiceAccount) },
 				"external_id_secret":  func(v *yaml.Node, path string) { w.str(v, path, &p.externalIDSecretRef) },
+				"aws_template_url":    func(v *yaml.Node, path string) { w.str(v, path, &c.Identity.AWSTemplateURL) },
 			})
 		},
 		"rabbitmq": func(v *yaml.Node, path string) {

@@ -317,8 +317,24 @@ func asJSON(t *testing.T, v any) any {
 
 var ours = Identity{Name: "mercamap", AWSPrincipalARN: "arn:aws:iam::999999999999:role/relay-delivery", GCPServiceAccount: "relay@relay-prod.iam.gserviceaccount.com"}
 
+// withoutForms is a card's setup as JSON less the role's forms (forms_test.go checks
+// them against the policies), each of which it must have.
+func withoutForms(t *testing.T, setup any, forms ...string) any {
+	t.Helper()
+	m := setup.(map[string]any)
+	for _, f := range forms {
+		if v, ok := m[f]; !ok || v == nil || v == "" {
+			t.Errorf("setup.%s = %#v", f, v)
+		}
+		delete(m, f)
+	}
+	return m
+}
+
+var awsForms = []string{"cloudformation", "terraform", "aws_cli"}
+
 func TestSetupEventBridge(t *testing.T) {
-	got := asJSON(t, Setup(busDest(), ours, "ext-123"))
+	got := withoutForms(t, asJSON(t, Setup(busDest(), ours, "ext-123")), awsForms...)
 	want := decode(t, `{
 		"principal_arn": "arn:aws:iam::999999999999:role/relay-delivery",
 		"trust_policy": {"Version": "2012-10-17", "Statement": [{
@@ -329,7 +345,7 @@ func TestSetupEventBridge(t *testing.T) {
 		"permissions_policy": {"Version": "2012-10-17", "Statement": [{
 			"Effect": "Allow", "Action": "events:PutEvents",
 			"Resource": "arn:aws:events:us-east-1:111122223333:event-bus/orders"}]},
-		"kms_statement": null}`)
+		"kms_statement": null, "quick_create_url": null}`)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Setup() =\n%v\nwant\n%v", got, want)
 	}
@@ -339,7 +355,7 @@ func TestSetupEventBridge(t *testing.T) {
 }
 
 func TestSetupKinesisWithKMSKey(t *testing.T) {
-	got := asJSON(t, Setup(streamDest(), ours, "ext-456"))
+	got := withoutForms(t, asJSON(t, Setup(streamDest(), ours, "ext-456")), awsForms...)
 	want := decode(t, `{
 		"principal_arn": "arn:aws:iam::999999999999:role/relay-delivery",
 		"trust_policy": {"Version": "2012-10-17", "Statement": [{
@@ -353,14 +369,15 @@ func TestSetupKinesisWithKMSKey(t *testing.T) {
 		"kms_statement": {
 			"Effect": "Allow", "Action": "kms:GenerateDataKey",
 			"Resource": "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab",
-			"Condition": {"StringEquals": {"kms:ViaService": "kinesis.eu-west-1.amazonaws.com"}}}}`)
+			"Condition": {"StringEquals": {"kms:ViaService": "kinesis.eu-west-1.amazonaws.com"}}},
+		"quick_create_url": null}`)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Setup() =\n%v\nwant\n%v", got, want)
 	}
 }
 
 func TestSetupPubSub(t *testing.T) {
-	got := asJSON(t, Setup(topicDest(), ours, "unused"))
+	got := withoutForms(t, asJSON(t, Setup(topicDest(), ours, "unused")), "terraform")
 	want := decode(t, `{
 		"service_account": "relay@relay-prod.iam.gserviceaccount.com",
 		"commands": [

@@ -7,7 +7,10 @@ const DefaultName = "mercamap"
 
 // Identity is ours: the deployment-wide name (EventBridge source com.<name>, STS session
 // <name>-<account>, label <name>-account) and the principals customers grant access to.
-type Identity struct{ Name, AWSPrincipalARN, GCPServiceAccount string }
+// AWSTemplateURL is identity.aws_template_url: where the operator published the
+// connectors' parameterised templates ({connector} in it names which), for the cards'
+// quick-create links; "" when not published.
+type Identity struct{ Name, AWSPrincipalARN, GCPServiceAccount, AWSTemplateURL string }
 
 // NameOrDefault is id.Name, or DefaultName when it is empty.
 func (id Identity) NameOrDefault() string {
@@ -109,8 +112,11 @@ func KMSStatement(d Destination) *Statement {
 }
 
 // Setup returns the card's "setup" for d: for AWS, our principal, the trust policy for
-// externalID, the permissions policy and the KMS statement (nil unless d has a key); for
-// Pub/Sub, our service account and the three gcloud commands that grant and label the topic.
+// externalID, the permissions policy and the KMS statement (nil unless d has a key), and
+// the role they make in three forms built from them: a CloudFormation template, a
+// Terraform snippet and the AWS CLI commands, with the quick-create link when the
+// identity names where the templates are (else nil); for Pub/Sub, our service account,
+// the three gcloud commands that grant and label the topic, and their Terraform.
 func Setup(d Destination, id Identity, externalID string) map[string]any {
 	switch {
 	case d.Connector.IsAWS():
@@ -119,15 +125,23 @@ func Setup(d Destination, id Identity, externalID string) map[string]any {
 			"trust_policy":       TrustPolicy(id.AWSPrincipalARN, externalID),
 			"permissions_policy": PermissionsPolicy(d),
 			"kms_statement":      nil, // an untyped nil, so it reads and marshals as null
+			"cloudformation":     CloudFormation(d, id, externalID),
+			"terraform":          Terraform(d, id, externalID),
+			"aws_cli":            AWSCLI(d, id, externalID),
+			"quick_create_url":   nil,
 		}
 		if s := KMSStatement(d); s != nil {
 			m["kms_statement"] = s
+		}
+		if u, ok := QuickCreateURL(d, id, externalID); ok {
+			m["quick_create_url"] = u
 		}
 		return m
 	case d.Connector == PubSub:
 		return map[string]any{
 			"service_account": id.GCPServiceAccount,
 			"commands":        PubSubCommands(d, id),
+			"terraform":       PubSubTerraform(d, id),
 		}
 	}
 	return map[string]any{}
@@ -150,15 +164,12 @@ func PubSubCommands(d Destination, id Identity) []string {
 }
 
 // SessionPolicy is the session policy for the one write: the permissions policy's
-// statement plus the KMS statement when d has a key. It caps the assumed session even if
+// statement plus the KMS statement when d has a key (the role's policy, RolePolicy). It caps the assumed session even if
 // the customer's role allows more. A destination with no AWS write gets DenyAllPolicy.
 func SessionPolicy(d Destination) string {
-	p := PermissionsPolicy(d)
+	p := RolePolicy(d)
 	if len(p.Statement) == 0 {
 		return DenyAllPolicy()
-	}
-	if s := KMSStatement(d); s != nil {
-		p.Statement = append(p.Statement, *s)
 	}
 	return p.JSON()
 }

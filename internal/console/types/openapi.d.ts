@@ -753,12 +753,20 @@ export interface components {
             project_id?: string;
             topic_id?: string;
         };
-        /** @description What the customer applies: policies for AWS, a service account and commands for Pub/Sub. */
+        /** @description What the customer applies: policies for AWS, with the role they make as a CloudFormation template, Terraform and AWS CLI commands; a service account, gcloud commands and their Terraform for Pub/Sub. */
         Setup: {
             principal_arn?: string;
             trust_policy?: components["schemas"]["Policy"];
             permissions_policy?: components["schemas"]["Policy"];
             kms_statement?: components["schemas"]["Statement"] | null;
+            /** @description AWS: a CloudFormation template (YAML) that creates the role named in role_arn (its path too) with trust_policy and one inline policy, permissions_policy plus kms_statement when not null, and outputs the role's ARN. */
+            cloudformation?: string;
+            /** @description AWS: aws_iam_role and aws_iam_role_policy with the same policies as jsonencode. Pub/Sub: the three gcloud commands in Terraform, two google_pubsub_topic_iam_member and the topic's label (on its google_pubsub_topic, adopted by an import block). */
+            terraform?: string;
+            /** @description AWS: aws iam create-role, then aws iam put-role-policy, each one line a POSIX shell runs as it is. */
+            aws_cli?: string[];
+            /** @description AWS: the CloudFormation console's quick-create link for the connector's template at identity.aws_template_url, in the bus's or stream's region, every parameter filled in for this destination; null when the operator has not set identity.aws_template_url. */
+            quick_create_url?: string | null;
             service_account?: string;
             commands?: string[];
         };
