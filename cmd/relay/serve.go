@@ -101,6 +101,9 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		return fmt.Errorf("redis.url: %w", err)
 	}
 	defer st.Close()
+	// A deleted destination's channel counter outlives every cursor of its channel a
+	// follower may still rightly hold (delivery.channel_retention), and a day at least.
+	st.SetDeletedCounterLife(max(24*time.Hour, cfg.Delivery.ChannelRetention))
 	reg := prometheus.NewRegistry()
 	// The Go runtime, the process (CPU, memory, open files) and the build's version.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -127,7 +130,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	var keeperErr error
 	keeper := upgrade.New(upgrade.Options{Store: st, Owner: owner, Release: thisRelease(), Known: knownReleases(),
 		TTL: cfg.Delivery.LeaseTTL, Logger: log.With("component", "upgrade"), Registerer: reg,
-		Stop: func(err error) { keeperErr = err; stop() }, Rewrites: rewrites()})
+		Stop: func(err error) { keeperErr = err; stop() }, Rewrites: rewrites(st)})
 	st.SetStateFormat(keeper.Writes) // what only a later format may write waits for its switch
 	// Operator events wait in Redis outboxes until the broker confirms them.
 	outbox := notify.New(notify.Options{URLs: cfg.RabbitMQ.URLs, Exchange: cfg.Delivery.OperatorEventsExchange,

@@ -222,7 +222,10 @@ func (r *resolver) gone(i int, dest string) { r.lost = append(r.lost, eventRef{i
 // resolve fills in evs. An event whose source is no longer kept (trimmed a moment
 // before the channel that points at it was, or the destination's channel gone) is
 // served as resync.required: the follower loads a new snapshot, which holds what the
-// event said.
+// event said. So is an account pointer at or below its destination's born (the account
+// channel's sequence when the destination's channel started at 1, ensureScript): it is
+// about an earlier, deleted destination of the id, whatever the new channel holds at
+// that sequence.
 func (r *resolver) resolve(ctx context.Context, s *Store, acct string, evs []ChannelEvent) error {
 	for _, l := range r.lost {
 		resync(&evs[l.i], l.dest)
@@ -241,21 +244,26 @@ func (r *resolver) resolve(ctx context.Context, s *Store, acct string, evs []Cha
 		}
 		pipe := s.rdb.Pipeline()
 		heads, pages := map[string]*redis.XMessageSliceCmd{}, map[string]*redis.XMessageSliceCmd{}
+		borns := map[string]*redis.SliceCmd{}
 		for d, st := range stretches {
 			key, from := chanKey(acct, DestinationChannel(d)), strconv.FormatInt(st.from, 10)+"-0"
 			heads[d] = pipe.XRevRangeN(ctx, key, from, "-", 1)
 			pages[d] = pipe.XRangeN(ctx, key, "("+from, strconv.FormatInt(st.to, 10)+"-0", st.to-st.from+1)
+			borns[d] = pipe.HMGet(ctx, destKey(acct, d), "born")
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return err
 		}
-		held := map[string]*heldEntries{}
+		held, born := map[string]*heldEntries{}, map[string]int64{}
 		for d, st := range stretches {
 			held[d] = &heldEntries{entries: append(heads[d].Val(), pages[d].Val()...), last: st.to}
+			if v := borns[d].Val(); len(v) == 1 {
+				born[d], _ = strconv.ParseInt(str(v[0]), 10, 64)
+			}
 		}
 		for _, e := range r.events {
 			m, off, ok := held[e.dest].holder(e.seq)
-			if !ok {
+			if !ok || evs[e.i].Sequence <= born[e.dest] {
 				resync(&evs[e.i], e.dest)
 				continue
 			}

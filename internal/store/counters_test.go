@@ -10,9 +10,9 @@ import (
 
 // TestTheRewriteExpiresTheCountersOfDeletedDestinationsOnly: once format 2 is in force
 // the background rewrite gives the counter of a destination deleted before the switch
-// (kept for good then) the day a delete leaves it now; a living destination's counter,
-// one that expires already and any other key are left as they are, however often it
-// runs.
+// (kept for good then) the life a delete leaves it now (SetDeletedCounterLife, here 48
+// hours: a channel_retention past the day); a living destination's counter, one that
+// expires already and any other key are left as they are, however often it runs.
 func TestTheRewriteExpiresTheCountersOfDeletedDestinationsOnly(t *testing.T) {
 	onEachRedis(t, func(t *testing.T, st *Store) {
 		ctx := context.Background()
@@ -46,9 +46,11 @@ func TestTheRewriteExpiresTheCountersOfDeletedDestinationsOnly(t *testing.T) {
 		if ttl(counter("deleted-before")) != -1 {
 			t.Fatal("the counter deleted under format 1 expires: the case is not tested")
 		}
+		const life = 48 * time.Hour
+		st.SetDeletedCounterLife(life)
 		for range 2 {
 			for _, k := range keys {
-				if err := ExpireDeletedCounter(ctx, st.rdb, k); err != nil {
+				if err := st.ExpireDeletedCounter(ctx, st.rdb, k); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -56,8 +58,8 @@ func TestTheRewriteExpiresTheCountersOfDeletedDestinationsOnly(t *testing.T) {
 		if d := ttl(counter("living")); d != -1 {
 			t.Errorf("a living destination's counter lives %s, want it kept", d)
 		}
-		if d := ttl(counter("deleted-before")); d <= time.Hour || d > forgottenTTL {
-			t.Errorf("the counter of a destination deleted before the switch lives %s, want a day", d)
+		if d := ttl(counter("deleted-before")); d <= life-time.Minute || d > life {
+			t.Errorf("the counter of a destination deleted before the switch lives %s, want %s", d, life)
 		}
 		if d := ttl(counter("deleted-after")); d <= 0 || d > time.Hour {
 			t.Errorf("a counter that expired already lives %s, want its hour left as it was", d)

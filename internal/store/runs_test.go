@@ -203,13 +203,16 @@ func TestChannelRunsServeEveryEventAsItHappened(t *testing.T) {
 	})
 }
 
-// A destination deleted and made again with the same id numbers its events past every
-// one the old one gave: on from its counter, or, once that expired (a day after the
-// delete, from state format 2), from the account channel's. The account channel's
-// pointers to the old one's events point at nothing and ask for a new snapshot, and
-// never serve the new one's events in their place; the new one's events come once,
-// after; a follower's cursor from the old channel reads none of the new one's events
-// as if it had seen them.
+// A destination deleted and made again with the same id while its counter lives
+// numbers its events on from it, past every one the old one gave; once the counter
+// expired (from state format 2, SetDeletedCounterLife's life after the delete) it
+// starts its channel at 1, as any new destination. Either way the account channel's
+// pointers to the old one's events ask for a new snapshot and never serve the new
+// one's events in their place (its born, when it started at 1: a pointer the account's
+// trimming has not reached yet may outlive channel_retention); the new one's events
+// come once, after. While the counter lives, a follower's cursor from the old channel
+// reads none of the new one's events as if it had seen them; after, such a cursor is
+// older than channel_retention and its follower must load a snapshot (docs/api.md).
 func TestADestinationMadeAgainNeverLendsItsEventsToTheOldOnesPointers(t *testing.T) {
 	for _, expired := range []bool{false, true} {
 		t.Run(map[bool]string{false: "counter-kept", true: "counter-expired"}[expired], func(t *testing.T) {
@@ -253,7 +256,8 @@ func madeAgain(t *testing.T, st *Store, expired bool) {
 		t.Fatal(err)
 	}
 	if expired {
-		// A day on: the counter is gone.
+		// The counter's life on: it is gone (the account's pointers to the old one's
+		// events may still be there, the account channel trimmed every 32nd event only).
 		if err := st.rdb.Del(ctx, chanSeqKey(r.Account, DestinationChannel(r.ID))).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -282,9 +286,26 @@ func madeAgain(t *testing.T, st *Store, expired bool) {
 			t.Errorf("the new destination's %s is on the account channel %d times, want once", id, seen[id])
 		}
 	}
+	for _, id := range []string{"other-0", "other-1", "other-2"} {
+		if seen[id] != 1 {
+			t.Errorf("the other destination's %s is on the account channel %d times, want once", id, seen[id])
+		}
+	}
 	dest, err := st.ReadChannel(ctx, r.Account, DestinationChannel(r.ID), 0, 1000)
-	if err != nil || len(dest.Events) == 0 || dest.Events[0].Sequence <= oldLast {
-		t.Fatalf("the new destination's channel: %v, %v; want it to number on past the old one's %d", sequences(dest.Events), err, oldLast)
+	if err != nil || len(dest.Events) == 0 {
+		t.Fatalf("the new destination's channel: %v, %v", sequences(dest.Events), err)
+	}
+	if expired {
+		// Its channel numbered from 1, gap-free, as a new destination's.
+		for i, ev := range dest.Events {
+			if ev.Sequence != int64(i+1) {
+				t.Fatalf("the destination made again after its counter expired: channel %v; want 1, 2, 3 …", sequences(dest.Events))
+			}
+		}
+		return
+	}
+	if dest.Events[0].Sequence <= oldLast {
+		t.Fatalf("the new destination's channel: %v; want it to number on past the old one's %d", sequences(dest.Events), oldLast)
 	}
 	// A follower that read the old channel a little before its end is told to load a
 	// snapshot; one that read all of it reads the new one's events from its first.
@@ -300,6 +321,85 @@ func madeAgain(t *testing.T, st *Store, expired bool) {
 	}
 }
 
+// TestANewDestinationsChannelStartsAt1: a destination first stored in an account whose
+// channel has events already numbers its own channel 1, 2, 3 … (a channel's sequence
+// counts its own events, whatever the account's), under either state format; its
+// events are served on the account channel as themselves. Under format 1 it records no
+// born (a field 0.2.0 does not know, and needs none: its counters never start over).
+func TestANewDestinationsChannelStartsAt1(t *testing.T) {
+	for _, format := range []int{1, CounterLifetime} {
+		t.Run("format-"+strconv.Itoa(format), func(t *testing.T) {
+			onEachRedis(t, func(t *testing.T, st *Store) {
+				ctx := context.Background()
+				st.SetStateFormat(func() int { return format })
+				acct := "acct_fresh_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+				ref := func(id string) Ref { return Ref{Account: acct, ID: id, Connector: "eventbridge"} }
+				commit := func(r Ref, token int64, id string) {
+					t.Helper()
+					if _, err := st.Commit(ctx, Commit{Ref: r, Token: token, Kind: KindDelivered, EventID: id, Message: "m",
+						DisableAfter: 20, ChannelRetention: time.Hour, AttemptsRetention: time.Hour}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				early, _ := activeWithLease(t, st, ref("early"))
+				for i := range 5 {
+					commit(ref("early"), early, "early-"+strconv.Itoa(i))
+				}
+				if n, _ := st.ChannelSequence(ctx, acct, AccountChannel(acct)); n < 5 {
+					t.Fatalf("the account channel is at %d: the case is not tested", n)
+				}
+				fresh := ref("fresh")
+				if _, err := st.Ensure(ctx, fresh, "ext-2", "fp", time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := st.ChannelSequence(ctx, acct, DestinationChannel(fresh.ID)); err != nil || n != 0 {
+					t.Fatalf("the new destination's channel before its first event is at %d, %v; want 0", n, err)
+				}
+				born := st.rdb.HExists(ctx, destKey(acct, fresh.ID), "born").Val()
+				if format < CounterLifetime && born {
+					t.Error("under format 1 the new destination records a born")
+				}
+				if format >= CounterLifetime && !born {
+					t.Error("under format 2 the new destination records no born: the case is not tested")
+				}
+				token, _ := activeWithLease(t, st, fresh)
+				for i := range 3 {
+					commit(fresh, token, "fresh-"+strconv.Itoa(i))
+				}
+				dest, err := st.ReadChannel(ctx, acct, DestinationChannel(fresh.ID), 0, 1000)
+				if err != nil || len(dest.Events) < 4 {
+					t.Fatalf("the new destination's channel: %v, %v", sequences(dest.Events), err)
+				}
+				for i, ev := range dest.Events {
+					if ev.Sequence != int64(i+1) {
+						t.Fatalf("the new destination's channel: %v; want 1, 2, 3 …", sequences(dest.Events))
+					}
+				}
+				p, err := st.ReadChannel(ctx, acct, AccountChannel(acct), 0, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen := map[string]int{}
+				for _, ev := range p.Events {
+					var d struct {
+						EventID string `json:"event_id"`
+					}
+					_ = json.Unmarshal(ev.Data, &d)
+					if ev.Type == "resync.required" {
+						t.Errorf("account event %d is resync.required %s: the new destination's events are not served", ev.Sequence, ev.Data)
+					}
+					seen[d.EventID]++
+				}
+				for i := range 3 {
+					if id := "fresh-" + strconv.Itoa(i); seen[id] != 1 {
+						t.Errorf("the new destination's %s is on the account channel %d times, want once", id, seen[id])
+					}
+				}
+			})
+		})
+	}
+}
+
 // sequences are the sequences of evs, in order.
 func sequences(evs []ChannelEvent) []int64 {
 	out := make([]int64, len(evs))
@@ -309,38 +409,56 @@ func sequences(evs []ChannelEvent) []int64 {
 	return out
 }
 
-// TestADeletedDestinationsCounterLivesADayFromFormat2: under state format 1 a delete
+// TestADeletedDestinationsCounterLivesItsLifeFromFormat2: under state format 1 a delete
 // keeps the destination channel's counter for good, as every release before 0.3.0
-// does and counts on; from format 2 it lives a day (forgottenTTL), and the id made again
-// keeps it for good again, numbering on.
-func TestADeletedDestinationsCounterLivesADayFromFormat2(t *testing.T) {
+// does and counts on; from format 2 it lives SetDeletedCounterLife's life, never less
+// than a day (forgottenTTL, also unset), so a channel_retention of an hour leaves it a
+// day and one of 48 hours leaves it 48 hours; the lease fields live their day whatever
+// it is. The id made again keeps the counter for good again, numbering on.
+func TestADeletedDestinationsCounterLivesItsLifeFromFormat2(t *testing.T) {
 	onEachRedis(t, func(t *testing.T, st *Store) {
 		ctx := context.Background()
 		r := Ref{Account: "acct_counter_" + strconv.FormatInt(time.Now().UnixNano(), 36), ID: "orders", Connector: "eventbridge"}
 		key := chanSeqKey(r.Account, DestinationChannel(r.ID))
-		ttl := func() time.Duration { return st.rdb.PTTL(ctx, key).Val() }
+		ttl := func(key string) time.Duration { return st.rdb.PTTL(ctx, key).Val() }
 		activeWithLease(t, st, r)
 		if err := st.Forget(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		if d := ttl(); d != -1 {
+		if d := ttl(key); d != -1 {
 			t.Fatalf("under format 1 a deleted destination's counter lives %s; want it kept for good", d)
 		}
-		activeWithLease(t, st, r)
-		seq, _ := st.ChannelSequence(ctx, r.Account, DestinationChannel(r.ID))
 		st.SetStateFormat(func() int { return CounterLifetime })
-		if err := st.Forget(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-		if d := ttl(); d <= 0 || d > forgottenTTL {
-			t.Fatalf("under format %d a deleted destination's counter lives %s; want at most %s", CounterLifetime, d, forgottenTTL)
-		}
-		activeWithLease(t, st, r)
-		if d := ttl(); d != -1 {
-			t.Fatalf("the id made again: its counter lives %s; want it kept for good", d)
-		}
-		if again, _ := st.ChannelSequence(ctx, r.Account, DestinationChannel(r.ID)); again <= seq {
-			t.Fatalf("the id made again within the day is at sequence %d, want past %d", again, seq)
+		for _, c := range []struct {
+			name      string
+			set, want time.Duration
+		}{
+			{"unset", 0, forgottenTTL},
+			{"channel_retention 1h", max(24*time.Hour, time.Hour), 24 * time.Hour},
+			{"below the day", time.Hour, forgottenTTL},
+			{"channel_retention 48h", max(24*time.Hour, 48*time.Hour), 48 * time.Hour},
+		} {
+			st.SetDeletedCounterLife(c.set)
+			activeWithLease(t, st, r)
+			if d := ttl(key); d != -1 {
+				t.Fatalf("%s: the id made again: its counter lives %s; want it kept for good", c.name, d)
+			}
+			seq, _ := st.ChannelSequence(ctx, r.Account, DestinationChannel(r.ID))
+			if seq < 2 {
+				t.Fatalf("%s: the id made again is at sequence %d, want it numbering on", c.name, seq)
+			}
+			if err := st.Forget(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if d := ttl(key); d <= c.want-time.Minute || d > c.want {
+				t.Errorf("%s: a deleted destination's counter lives %s; want %s", c.name, d, c.want)
+			}
+			if d := ttl(destKey(r.Account, r.ID)); d <= forgottenTTL-time.Minute || d > forgottenTTL {
+				t.Errorf("%s: a deleted destination's lease fields live %s; want %s", c.name, d, forgottenTTL)
+			}
+			if again, _ := st.ChannelSequence(ctx, r.Account, DestinationChannel(r.ID)); again != seq {
+				t.Errorf("%s: the delete moved the counter from %d to %d", c.name, seq, again)
+			}
 		}
 	})
 }

@@ -161,15 +161,16 @@ func unmarshalIf[T any](s string, dst **T) {
 var ensureScript = redis.NewScript(luaPrelude + `
 local now_ms, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
-  -- The channel's counter: a deleted destination's lives a day (Forget), and is kept
-  -- again once the id is made again. One gone (never made, or a day after a delete)
-  -- starts at the account channel's: each event an earlier destination of the id
-  -- numbered took one of the account's too, so none of its sequences, in a follower's
-  -- cursor or an account pointer, ever names one of this destination's events.
+  -- The channel's counter: a deleted destination's lives on a while (Forget), and is
+  -- kept for good again once the id is made again, which numbers on from it. None left
+  -- (a new id, or one whose counter expired): the channel starts at 1, and from state
+  -- format 2 (ARGV[7]) born is the account channel's sequence now: every account entry
+  -- at or below it is about an earlier destination of the id, never this one
+  -- (ReadChannel serves those as resync.required).
   redis.call('PERSIST', KEYS[3])
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    local floor = tonumber(redis.call('GET', KEYS[5]) or '0')
-    if floor > 0 then redis.call('SET', KEYS[3], floor) end
+  local born = 0
+  if ARGV[7] == '1' and redis.call('EXISTS', KEYS[3]) == 0 then
+    born = tonumber(redis.call('GET', KEYS[5]) or '0')
   end
   -- First sight: pending until its setup check passes; then it delivers what arrived
   -- from this point on.
@@ -178,6 +179,7 @@ if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
   if last then cursor = last[1] end
   redis.call('HSET', KEYS[1], 'status', 'pending', 'cursor', cursor, 'consecutive_failures', 0,
              'external_id', ARGV[1], 'fingerprint', ARGV[2], 'created_at', now_ms)
+  if born > 0 then redis.call('HSET', KEYS[1], 'born', born) end
   redis.call('PERSIST', KEYS[1]) -- a forgotten id's lease fields, made again (Forget)
   if ARGV[6] == '1' then
     emit_both('resync.required', now_ms, cutoff, {destination = ARGV[5], reason = 'the destination was added'})
@@ -219,6 +221,10 @@ type Ensured struct {
 // answer is Ensure's.
 func (s *Store) EnsureMany(ctx context.Context, es []Ensured, channelRetention time.Duration) ([]string, error) {
 	now := time.Now()
+	born := "0" // the account channel's sequence a new channel is born at (ensureScript): format 2
+	if s.stateFormat() >= CounterLifetime {
+		born = "1"
+	}
 	calls := make([]call, len(es))
 	for i, e := range es {
 		announce := "0"
@@ -226,7 +232,7 @@ func (s *Store) EnsureMany(ctx context.Context, es []Ensured, channelRetention t
 			announce = "1"
 		}
 		calls[i] = call{keys: append(e.chanKeys(), logKey(e.Account)), args: []any{e.ExternalID, e.Fingerprint,
-			now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), e.ID, announce, s.boundsArg()}}
+			now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), e.ID, announce, born, s.boundsArg()}}
 	}
 	cmds, err := s.evalAll(ctx, ensureScript, calls, false)
 	if err != nil {
@@ -433,33 +439,36 @@ func (s *Store) Emit(ctx context.Context, r Ref, eventType string, fields map[st
 
 // forgetScript deletes a destination's keys (KEYS[3] on) and its hash's state (KEYS[1])
 // but the lease's: its holder stays, its fencing token and control version move on.
-// Those live ARGV[1] ms more, and so does the channel's counter (KEYS[2]) when ARGV[2]
-// is 1 (state format 2); otherwise the counter is kept for good.
+// Those live ARGV[1] ms more. The channel's counter (KEYS[2]) lives ARGV[2] ms more,
+// or, when ARGV[2] is 0 (before state format 2), is kept for good.
 var forgetScript = redis.NewScript(`
 local h = redis.call('HMGET', KEYS[1], 'holder', 'lease_token', 'ctlv')
 redis.call('DEL', KEYS[1], unpack(KEYS, 3))
 redis.call('HSET', KEYS[1], 'lease_token', tonumber(h[2] or '0') + 1, 'ctlv', tonumber(h[3] or '0') + 1)
 if h[1] then redis.call('HSET', KEYS[1], 'holder', h[1]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-if ARGV[2] == '1' then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 return 0
 `)
 
-// forgottenTTL is how long a forgotten destination's lease fields and channel counter
-// outlive it unless the id is made again (Ensure keeps them then): far past any write
-// or commit in flight, and any rolling upgrade.
+// forgottenTTL is how long a forgotten destination's lease fields outlive it unless the
+// id is made again (Ensure keeps them then): far past any write or commit in flight, and
+// any rolling upgrade. Its channel counter lives at least as long (deletedCounterLife).
 const forgottenTTL = 24 * time.Hour
 
 // Forget deletes everything Redis holds of one destination of r.Account: its state
 // (the ExternalId with it), channel, attempt log, retries and chart: a deleted
 // destination's. The account's log and channel stay. So does the destination channel's
-// counter (a few bytes): a destination made again with the same id numbers its events
-// on from it, so the account channel's pointers to the deleted one's events point at
-// nothing and are served as resync.required, never as the new one's, and a follower's
-// cursor from it never lands inside the new one's channel. From state format 2 on
-// (CounterLifetime) the counter lives a day (forgottenTTL) unless the id is made again,
-// so deletes leave nothing for good: one made again later starts from the account
-// channel's counter instead (Ensure), past every sequence the deleted one gave.
+// counter (a few bytes): a destination made again with the same id while it lives
+// numbers its events on from it, so a follower's cursor from the deleted one never
+// lands inside the new one's channel. From state format 2 on (CounterLifetime) the
+// counter lives SetDeletedCounterLife's life (max(a day, delivery.channel_retention) in
+// relay serve: past every cursor of the deleted channel a follower may still rightly
+// hold) unless the id is made again, so deletes leave nothing for good; one made again
+// after that starts its channel at 1, like any new destination (Ensure). Either way the
+// account channel's pointers to the deleted one's events are served as resync.required,
+// never as the new one's: they point at sequences the new channel never has, or at or
+// below its born (ensureScript, ReadChannel).
 // The lease stays, as three small fields for a day unless the id is made again: its
 // holder, so a replica that took a new destination of the id before its create called
 // Forget is still the one a pause asks, and no second replica takes it meanwhile; and
@@ -468,13 +477,13 @@ const forgottenTTL = 24 * time.Hour
 // and frees the lease) is refused, and no two holders of one id ever share a token.
 func (s *Store) Forget(ctx context.Context, r Ref) error {
 	ch := DestinationChannel(r.ID)
-	expire := "0"
+	var counter time.Duration // kept for good
 	if s.stateFormat() >= CounterLifetime {
-		expire = "1"
+		counter = s.deletedCounterLife()
 	}
 	return forgetScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), chanSeqKey(r.Account, ch),
 		attemptsKey(r.Account, r.ID), retriesKey(r.Account, r.ID), minutesKey(r.Account, r.ID), chanKey(r.Account, ch)},
-		forgottenTTL.Milliseconds(), expire).Err()
+		forgottenTTL.Milliseconds(), counter.Milliseconds()).Err()
 }
 
 // CounterLifetime is the state format from which a deleted destination's channel
@@ -482,5 +491,7 @@ func (s *Store) Forget(ctx context.Context, r Ref) error {
 // that made the id again would take over a counter that expires under its live
 // destination, and its channel's next event would be refused (a sequence below the
 // stream's last). Before the switch such a release may still run, or the roll go back,
-// so the counter is kept; after it, no such release starts.
+// so the counter is kept; after it, no such release starts. From it on, too, a new
+// channel records its born (ensureScript); a counter that never expires never starts a
+// channel over, so under format 1 none is needed.
 const CounterLifetime = 2

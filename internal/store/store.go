@@ -26,6 +26,7 @@ type Store struct {
 	ping        pinger                     // one PING at a time for readiness and scrapes (ping.go)
 	now         func() time.Time           // the clock appends write with (clock); nil: time.Now
 	format      atomic.Pointer[func() int] // the state format in force (SetStateFormat); nil: 1
+	deletedLife atomic.Int64               // a deleted destination's counter's life, ns (SetDeletedCounterLife); 0: forgottenTTL
 }
 
 // New returns a Store over an open Redis client: a *redis.Client for one server, a
