@@ -11,7 +11,9 @@ let tabsMade = 0; // ids for the tabs' aria-controls, unique on the page
 
 // setupBlocks builds the setup of card c. view keeps the tab last chosen (view.setupTab)
 // across re-renders; next, when given, is the Send a test button the tabs end with.
+/** @param {import('./api.js').Card} c @param {{setupTab: string}} view @param {HTMLElement | null} next */
 export function setupBlocks(c, view, next = null) {
+  /** @type {import('./api.js').Card['setup']} */
   const s = c.setup || {};
   const json = (v) => JSON.stringify(v, null, 2);
   const part = (title, ...body) => el('div', { class: 'setup-part' }, el('h3', {}, title), ...body);
