@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The relay end to end on local peers and a local cloud: starts RabbitMQ and Redis in
 # .peers/ (installing them, and kinesalite, when missing), a local cloud sandbox
-# (bin/sandbox: STS that enforces ExternalIds, EventBridge, Pub/Sub, Kinesis on kinesalite),
-# then `relay serve` with examples/relay.sandbox.yaml: one account, one EventBridge bus,
-# one Kinesis stream, one Pub/Sub topic. It does the customer's side of the setup (the
-# stream, the labelled topic, each role's trust policy with the ExternalId from its card),
-# publishes signed job events the way the Fetcher Worker does (good ones, a re-emit, a
-# tampered one), and shows what the relay accepted, what it quarantined, each
-# destination's card and what arrived in each bus. Then it keeps everything running until
-# Ctrl-C, and stops every process it started.
+# (bin/sandbox: IAM, STS that enforces each role's trust policy and ExternalId, EventBridge,
+# Pub/Sub, Kinesis on kinesalite), then `relay serve` with examples/relay.sandbox.yaml: one
+# account, one EventBridge bus, one Kinesis stream, one Pub/Sub topic. It does the
+# customer's side of the setup (the stream, the labelled topic, and each AWS role made by
+# running its card's own AWS CLI commands against the sandbox's IAM), publishes signed job
+# events the way the Fetcher Worker does (good ones, a re-emit, a tampered one), and shows
+# what the relay accepted, what it quarantined, each destination's card and what arrived
+# in each bus. It mints a console sign-in link for the demo account, printed first among
+# the things to try: the customer's Connectors page, each card's setup as tabs, Send a
+# test. Then it keeps everything running until Ctrl-C, and stops every process it started.
 #
 #   make demo                  (or scripts/demo.sh)
 #   DEMO_EXIT=1 make demo      show the results and exit: for scripts and CI
@@ -20,7 +22,11 @@
 # DEMO_EPMD_PORT (24379). Peers already running in .peers/ keep the ports they have.
 # The sandbox's ports are the ones examples/relay.sandbox.yaml names: STS 24580,
 # EventBridge 24581, Pub/Sub 24582, sandbox admin 24583, kinesalite 24584, Kinesis 24585;
-# the relay's API listens on 127.0.0.1:8080.
+# and the sandbox's IAM (which only the customer's commands call) 24586. The relay's API
+# and console listen on 127.0.0.1:8080.
+# The card's AWS CLI commands run with the AWS CLI when it is installed, otherwise with
+# `bin/sandbox aws`, which takes the same arguments and sends IAM the same request
+# (DEMO_AWS_CLI=sandbox: always bin/sandbox aws). Either way only the sandbox is called.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
@@ -38,7 +44,9 @@ KINESALITE_PID=$PEERS/kinesalite.pid
 KINESALITE_DIR=${KINESALITE_DIR:-$HOME/.cache/relay-test/kinesalite-3.3.3} # where peers.sh install puts it
 # The sandbox's ports, as the config names them.
 STS_PORT=24580 EVENTS_PORT=24581 PUBSUB_PORT=24582 SANDBOX_PORT=24583 KINESALITE_PORT=24584 KINESIS_PORT=24585
+IAM_PORT=24586
 SANDBOX=http://127.0.0.1:$SANDBOX_PORT
+IAM=http://127.0.0.1:$IAM_PORT
 API=http://127.0.0.1:8080
 # A demo master key (Fetcher's APP_ENC_KEY, base64 of 32 bytes). Not a secret: never use it elsewhere.
 DEMO_APP_ENC_KEY=cmVsYXktZGVtby1tYXN0ZXIta2V5LW5vdC1zZWNyZXQ=
@@ -130,6 +138,7 @@ pretty() {
 }
 
 relay_pid= sandbox_pid= kinesalite_pid=
+put_policy_cmd=
 started_peers=0
 cleanup() {
 	local rc=$?
@@ -221,7 +230,7 @@ stop_stale "$KINESALITE_PID" kinesalite
 
 say "the local cloud: kinesalite and bin/sandbox (logs in $PEERS/)"
 need_free kinesalite "$KINESALITE_PORT"
-need_free sandbox "$STS_PORT" "$EVENTS_PORT" "$PUBSUB_PORT" "$SANDBOX_PORT" "$KINESIS_PORT"
+need_free sandbox "$STS_PORT" "$EVENTS_PORT" "$PUBSUB_PORT" "$SANDBOX_PORT" "$KINESIS_PORT" "$IAM_PORT"
 need_free "relay's API" 8080
 need_free "relay's metrics" 9090
 [[ -f $KINESALITE_DIR/node_modules/kinesalite/package.json ]] || die "kinesalite is not in $KINESALITE_DIR (run: scripts/peers.sh install)"
@@ -233,6 +242,7 @@ echo "$kinesalite_pid" >"$KINESALITE_PID"
 wait_for "kinesalite did not open 127.0.0.1:$KINESALITE_PORT" 20 "$kinesalite_pid" "$KINESALITE_LOG" port_open "$KINESALITE_PORT"
 setsid bin/sandbox --sts "127.0.0.1:$STS_PORT" --events "127.0.0.1:$EVENTS_PORT" --pubsub-port "$PUBSUB_PORT" \
 	--admin "127.0.0.1:$SANDBOX_PORT" --kinesis "127.0.0.1:$KINESIS_PORT" --kinesalite "http://127.0.0.1:$KINESALITE_PORT" \
+	--iam "127.0.0.1:$IAM_PORT" \
 	</dev/null >"$SANDBOX_LOG" 2>&1 &
 sandbox_pid=$!
 echo "$sandbox_pid" >"$SANDBOX_PID"
@@ -272,21 +282,63 @@ else
 	echo "the operator API ($API) is not served by this relay build: the ExternalIds are read from Redis instead"
 fi
 
-say "the customer pastes each AWS card's trust policy onto their role (sandbox POST /trust)"
+# aws: the customer's AWS CLI, called only on the sandbox's IAM (--endpoint-url, which
+# every version of it takes), with the customer's (dummy) keys and none of this machine's
+# AWS settings. Where it is not installed, bin/sandbox aws: the same arguments, the same
+# request. Either way the shell has split the card's line, as the customer's would.
+aws_cli=sandbox
+if [[ ${DEMO_AWS_CLI:-} != sandbox ]] && command -v aws >/dev/null && aws --version >/dev/null 2>&1; then
+	aws_cli=$(command -v aws)
+fi
+aws() {
+	if [[ $aws_cli == sandbox ]]; then
+		AWS_ACCESS_KEY_ID=AKIDDEMOCUSTOMER AWS_SECRET_ACCESS_KEY=demo-not-a-secret bin/sandbox aws --endpoint-url "$IAM" "$@"
+	else
+		env -u AWS_PROFILE -u AWS_SESSION_TOKEN -u AWS_ENDPOINT_URL AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null \
+			AWS_ACCESS_KEY_ID=AKIDDEMOCUSTOMER AWS_SECRET_ACCESS_KEY=demo-not-a-secret AWS_DEFAULT_REGION=us-east-1 \
+			AWS_PAGER= AWS_MAX_ATTEMPTS=1 "$aws_cli" --endpoint-url "$IAM" "$@"
+	fi
+}
+if ((have_api)); then
+	if [[ $aws_cli == sandbox ]]; then
+		say "the customer makes each AWS role with its card's AWS CLI commands (setup.aws_cli), run by bin/sandbox aws (the AWS CLI's stand-in) against the sandbox's IAM"
+	else
+		say "the customer makes each AWS role with its card's AWS CLI commands (setup.aws_cli), run by $("$aws_cli" --version 2>&1 | cut -d' ' -f1) against the sandbox's IAM"
+	fi
+else
+	say "the customer pastes each AWS card's trust policy onto their role (sandbox POST /trust)"
+fi
 for d in $AWS_DESTS; do
 	id=${d%%:*} connector=${d#*:}
+	cmds=()
 	if ((have_api)); then
 		card=$(api GET "/v1/connectors/$connector/destinations/$id")
 		external_id=$(field external_id <<<"$card")
 		role=$(field role_arn <<<"$card")
+		mapfile -d '' cmds < <(bin/sandbox card aws_cli <<<"$card")
 	else
 		external_id=$(rcli HGET "relay:{$ACCOUNT}:dest:$id" external_id)
 		role=$(sed -n "/id: $id\$/,/role_arn:/s/.*role_arn: *\\([^ ]*\\).*/\\1/p" "$CONFIG")
 	fi
 	[[ -n $external_id && -n $role ]] || die "no ExternalId or role for $id (card: ${card:-none})"
-	echo "-- $id: $role trusts ExternalId $external_id"
-	sandbox_post /trust '{"role_arn": "'"$role"'", "external_id": "'"$external_id"'"}' >/dev/null
+	if ((${#cmds[@]} == 0)); then
+		# A relay whose cards have no AWS CLI commands: the trust policy, set directly.
+		echo "-- $id: $role trusts ExternalId $external_id"
+		sandbox_post /trust '{"role_arn": "'"$role"'", "external_id": "'"$external_id"'"}' >/dev/null
+		continue
+	fi
+	echo "-- $id ($role, ExternalId $external_id): the card's ${#cmds[@]} commands, as the customer pastes them"
+	for cmd in "${cmds[@]}"; do
+		printf '  $ %s\n' "$cmd"
+		# Of what the CLI prints (create-role: the role as JSON), its ARN.
+		eval "$cmd" </dev/null | sed -n -e 's/^ *"Arn": *"\(.*\)",*$/    made \1/p' || die "$id: the card's command failed: $cmd"
+	done
+	if [[ -z $put_policy_cmd ]]; then
+		put_policy_cmd=$(printf '%s\n' "${cmds[@]}" | grep -m1 -e ' put-role-policy ' || true)
+	fi
 done
+# What the sandbox's IAM made of them: whom each role trusts, what it may write.
+grep -e 'sandbox: iam: ' "$SANDBOX_LOG" | sed -e 's/^sandbox: /  /' || true
 
 # Only this run's entries are shown: the log keeps earlier runs' while Redis runs.
 before=$(rcli XLEN "$LOG_KEY")
@@ -378,6 +430,16 @@ fi
 say "arrived in each bus (sandbox: curl '$SANDBOX/arrived?view=text'; JSON without ?view=text)"
 curl -sS --max-time 10 "$SANDBOX/arrived?view=text"
 
+# The customer's page: a console sign-in link for the demo account, good once.
+signin_link=
+if ((have_api)) && bin/relay sign-in-link --help >/dev/null 2>&1; then
+	say "the customer's console: a sign-in link for $ACCOUNT (bin/relay sign-in-link $ACCOUNT --token env:RELAY_ADMIN_TOKEN)"
+	if minted=$(bin/relay sign-in-link "$ACCOUNT" --token env:RELAY_ADMIN_TOKEN 2>&1); then
+		signin_link=$(head -n 1 <<<"$minted")
+	fi
+	printf '%s\n' "$minted" | sed -e 's/^/  /'
+fi
+
 if [[ ${DEMO_EXIT:-} == 1 ]]; then
 	say "DEMO_EXIT=1: done"
 	exit 0
@@ -390,9 +452,32 @@ bin/relay destinations --help >/dev/null 2>&1 && cli="
     bin/relay destinations show orders-stream --token env:RELAY_ADMIN_TOKEN"
 bin/relay watch --help >/dev/null 2>&1 && cli="$cli
     bin/relay watch destination:orders-bus --token env:RELAY_ADMIN_TOKEN     (follow a channel; in another terminal)"
+console=
+[[ -n $signin_link ]] && console="
+  the customer's console, signed in as $ACCOUNT by this link (good once, within 5 minutes):
+    $signin_link
+    it opens on the Connectors page: each card's setup as tabs (Policies, CloudFormation, Terraform,
+    AWS CLI; gcloud and Terraform for Pub/Sub), each with Copy, and Send a test after them. Another link:
+    RELAY_ADMIN_TOKEN=$RELAY_ADMIN_TOKEN bin/relay sign-in-link $ACCOUNT --token env:RELAY_ADMIN_TOKEN"
+unpolicy=
+if [[ -n $put_policy_cmd ]]; then
+	# The role and policy the card's put-role-policy names, split as the shell splits it.
+	names=$(
+		eval "set -- $put_policy_cmd"
+		while (($#)); do
+			case $1 in --role-name | --policy-name) printf ' %s %s' "$1" "$2" && shift ;; esac
+			shift
+		done
+	)
+	unpolicy="
+  the customer takes the permissions policy off the role (the sandbox's IAM); a test is then refused, and
+  the card's put-role-policy command (its AWS CLI tab) mends it:
+    bin/sandbox aws iam delete-role-policy$names
+    curl -s -X POST -H \"Authorization: Bearer \$RELAY_ADMIN_TOKEN\" $API/v1/connectors/eventbridge/destinations/orders-bus/test"
+fi
 cat <<EOF
 
-==> everything is running; try:
+==> everything is running; try:$console
   the cards (operator API, admin token):
     export RELAY_ADMIN_TOKEN=$RELAY_ADMIN_TOKEN
     curl -s -H "Authorization: Bearer \$RELAY_ADMIN_TOKEN" $API/v1/connectors
@@ -404,7 +489,7 @@ cat <<EOF
   the customer breaks the role's trust policy; "send a test" (a fresh probe and session) then says what is wrong:
     curl -s -X POST -d '{"role_arn":"arn:aws:iam::111122223333:role/mercamap-delivery","external_id":"not-yours"}' $SANDBOX/trust
     curl -s -X POST -H "Authorization: Bearer \$RELAY_ADMIN_TOKEN" $API/v1/connectors/eventbridge/destinations/orders-bus/test
-    and mends it with the ExternalId on the card: POST the same to $SANDBOX/trust with "external_id":"<the card's>"
+    and mends it with the ExternalId on the card: POST the same to $SANDBOX/trust with "external_id":"<the card's>"$unpolicy
   publish more:
     RELAY_RABBITMQ_URL=$RELAY_RABBITMQ_URL FETCHER_EXTERNAL_HMAC_KEY=$FETCHER_EXTERNAL_HMAC_KEY \\
     RELAY_REDIS_URL=$RELAY_REDIS_URL RELAY_ADMIN_TOKEN=\$RELAY_ADMIN_TOKEN RELAY_DEMO_ACCOUNT_TOKEN=$RELAY_DEMO_ACCOUNT_TOKEN \\
