@@ -97,9 +97,17 @@ destinations:
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("the relay's log:\n%s", r.logs)
+		}
+	})
 	r.url = check.Proxy("http://" + addr)
-	apitest.WaitFor(t, 60*time.Second, "the relay ready", func() bool {
+	// A start on a machine busy with the rest of the suite (its RabbitMQ shared) may take
+	// a while: what these tests check is the client, not how fast a relay starts.
+	apitest.WaitFor(t, 2*time.Minute, "the relay ready", func() bool {
 		resp, err := http.Get(r.url + "/readyz")
 		if err != nil {
 			return false
