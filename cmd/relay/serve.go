@@ -150,6 +150,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 		LogRetention: cfg.LogReplayWindow(),
 		Metrics:      dispatch.NewMetrics(reg),
 		Tracer:       dispatchTracer,
+		StateFormat:  keeper.Writes,
 	})
 	consumer := ingest.New(ingest.Options{
 		URLs: cfg.RabbitMQ.URLs,
