@@ -1,10 +1,7 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -169,7 +166,7 @@ func (s *iamService) createRole(f url.Values) (string, *iamError) {
 		return "", &iamError{http.StatusConflict, "EntityAlreadyExists", "Role with name " + name + " already exists."}
 	}
 	r := &iamRole{name: name, path: path, arn: "arn:aws:iam::" + s.account + ":role" + path + name,
-		id: "AROA" + strings.ToUpper(randomID(8)), description: f.Get("Description"), trust: trust,
+		id: "AROA" + strings.ToUpper(awstest.RandomHex(8)), description: f.Get("Description"), trust: trust,
 		maxSession: maxSession, created: time.Now().UTC().Truncate(time.Second), policies: map[string]string{}}
 	if err := s.sts.SetTrustPolicy(r.arn, trust); err != nil {
 		return "", malformed("The trust policy is not one the sandbox can evaluate: " + err.Error())
@@ -250,7 +247,7 @@ func (s *iamService) getRolePolicy(f url.Values) (string, *iamError) {
 		return "", &iamError{http.StatusNotFound, "NoSuchEntity", "The role policy with name " + name + " cannot be found."}
 	}
 	return fmt.Sprintf("    <RoleName>%s</RoleName>\n    <PolicyName>%s</PolicyName>\n    <PolicyDocument>%s</PolicyDocument>\n",
-		xmlText(r.name), xmlText(name), xmlText(url.PathEscape(doc))), nil
+		awstest.XMLEscape(r.name), awstest.XMLEscape(name), awstest.XMLEscape(url.PathEscape(doc))), nil
 }
 
 func (s *iamService) deleteRolePolicy(f url.Values) *iamError {
@@ -274,11 +271,11 @@ func (s *iamService) deleteRolePolicy(f url.Values) *iamError {
 func (r *iamRole) xml() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "    <Role>\n      <Path>%s</Path>\n      <RoleName>%s</RoleName>\n      <RoleId>%s</RoleId>\n      <Arn>%s</Arn>\n",
-		xmlText(r.path), xmlText(r.name), r.id, xmlText(r.arn))
+		awstest.XMLEscape(r.path), awstest.XMLEscape(r.name), r.id, awstest.XMLEscape(r.arn))
 	fmt.Fprintf(&b, "      <CreateDate>%s</CreateDate>\n      <AssumeRolePolicyDocument>%s</AssumeRolePolicyDocument>\n",
-		r.created.Format("2006-01-02T15:04:05Z"), xmlText(url.PathEscape(r.trust)))
+		r.created.Format("2006-01-02T15:04:05Z"), awstest.XMLEscape(url.PathEscape(r.trust)))
 	if r.description != "" {
-		fmt.Fprintf(&b, "      <Description>%s</Description>\n", xmlText(r.description))
+		fmt.Fprintf(&b, "      <Description>%s</Description>\n", awstest.XMLEscape(r.description))
 	}
 	fmt.Fprintf(&b, "      <MaxSessionDuration>%d</MaxSessionDuration>\n    </Role>\n", r.maxSession)
 	return b.String()
@@ -304,8 +301,8 @@ func (r *iamRole) permissions() string {
 // grant is one statement of a permissions policy, as the sandbox evaluates it.
 type grant struct {
 	Effect    string
-	Action    stringOrList
-	Resource  stringOrList
+	Action    awstest.StringList
+	Resource  awstest.StringList
 	Condition map[string]map[string]any
 }
 
@@ -382,8 +379,8 @@ func describeTrust(doc string) string {
 	var d struct {
 		Statement []struct {
 			Effect    string
-			Principal struct{ AWS stringOrList }
-			Condition map[string]map[string]stringOrList
+			Principal struct{ AWS awstest.StringList }
+			Condition map[string]map[string]awstest.StringList
 		}
 	}
 	if json.Unmarshal([]byte(doc), &d) != nil || len(d.Statement) == 0 {
@@ -402,23 +399,6 @@ func describeTrust(doc string) string {
 	return "trusts " + strings.Join(says, "; ")
 }
 
-// stringOrList is a JSON string or list of strings, as policies write values.
-type stringOrList []string
-
-func (l *stringOrList) UnmarshalJSON(b []byte) error {
-	var one string
-	if json.Unmarshal(b, &one) == nil {
-		*l = []string{one}
-		return nil
-	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return fmt.Errorf("want a string or a list of strings, got %s", b)
-	}
-	*l = many
-	return nil
-}
-
 func writeIAMError(w http.ResponseWriter, e *iamError) {
 	w.Header().Set("Content-Type", "text/xml")
 	w.WriteHeader(e.status)
@@ -430,23 +410,11 @@ func writeIAMError(w http.ResponseWriter, e *iamError) {
   </Error>
   <RequestId>%s</RequestId>
 </ErrorResponse>
-`, iamVersion, xmlText(e.code), xmlText(e.message), requestID())
-}
-
-func xmlText(s string) string {
-	var b strings.Builder
-	xml.EscapeText(&b, []byte(s))
-	return b.String()
-}
-
-func randomID(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
+`, iamVersion, awstest.XMLEscape(e.code), awstest.XMLEscape(e.message), requestID())
 }
 
 // requestID is a request id in the form AWS gives one: a random lowercase UUID.
 func requestID() string {
-	h := randomID(16)
+	h := awstest.RandomHex(16)
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -259,6 +259,6 @@ func writeJSON(w http.ResponseWriter, v any) {
 // eventID is an id in the form EventBridge gives each event it takes: a random
 // lowercase UUID ("11710aed-b79e-4468-a20b-bb3c0c3b4860").
 func eventID() string {
-	h := randomHex(16)
+	h := RandomHex(16)
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

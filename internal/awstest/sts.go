@@ -283,7 +283,7 @@ func (s *STS) serve(w http.ResponseWriter, r *http.Request) {
 	}
 
 	req.Granted = true
-	req.AccessKeyID = "ASIA" + strings.ToUpper(randomHex(8))
+	req.AccessKeyID = "ASIA" + strings.ToUpper(RandomHex(8))
 	req.Expiration = time.Now().UTC().Add(time.Duration(req.DurationSeconds) * time.Second).Truncate(time.Millisecond)
 	s.record(req)
 	roleName := req.RoleARN[strings.LastIndex(req.RoleARN, "/")+1:]
@@ -305,9 +305,9 @@ func (s *STS) serve(w http.ResponseWriter, r *http.Request) {
   </AssumeRoleResult>
   <ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata>
 </AssumeRoleResponse>`,
-		req.AccessKeyID, randomHex(20), randomHex(32), req.Expiration.Format("2006-01-02T15:04:05.000Z"),
-		xmlEscape(account), xmlEscape(roleName), xmlEscape(req.RoleSessionName),
-		strings.ToUpper(randomHex(8)), xmlEscape(req.RoleSessionName), randomHex(16))
+		req.AccessKeyID, RandomHex(20), RandomHex(32), req.Expiration.Format("2006-01-02T15:04:05.000Z"),
+		XMLEscape(account), XMLEscape(roleName), XMLEscape(req.RoleSessionName),
+		strings.ToUpper(RandomHex(8)), XMLEscape(req.RoleSessionName), RandomHex(16))
 }
 
 // validate applies STS's parameter limits; "" when the request is well formed.
@@ -354,16 +354,18 @@ func writeQueryError(w http.ResponseWriter, f Failure) {
     <Message>%s</Message>
   </Error>
   <RequestId>%s</RequestId>
-</ErrorResponse>`, kind, xmlEscape(f.Code), xmlEscape(f.Message), randomHex(16))
+</ErrorResponse>`, kind, XMLEscape(f.Code), XMLEscape(f.Message), RandomHex(16))
 }
 
-func xmlEscape(s string) string {
+// XMLEscape is s as XML text, for the answers written by hand in AWS's XML shapes.
+func XMLEscape(s string) string {
 	var b strings.Builder
 	xml.EscapeText(&b, []byte(s))
 	return b.String()
 }
 
-func randomHex(n int) string {
+// RandomHex is n random bytes in hex: request ids, keys, session tokens.
+func RandomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)

@@ -50,10 +50,10 @@ func parseTrustPolicy(doc string) (trustPolicy, error) {
 	type rawStatement struct {
 		Effect       string
 		Principal    json.RawMessage
-		Action       stringList
+		Action       StringList
 		NotAction    json.RawMessage
 		NotPrincipal json.RawMessage
-		Condition    map[string]map[string]stringList
+		Condition    map[string]map[string]StringList
 	}
 	var list []rawStatement
 	if len(raw.Statement) > 0 && raw.Statement[0] == '{' {
@@ -109,7 +109,7 @@ func parsePrincipal(raw json.RawMessage) ([]string, error) {
 		}
 		return []string{"*"}, nil
 	}
-	var m map[string]stringList
+	var m map[string]StringList
 	if err := json.Unmarshal(raw, &m); err != nil || len(m["AWS"]) == 0 {
 		return nil, fmt.Errorf("Principal %s: only \"*\" or {\"AWS\": …} is evaluated here", raw)
 	}
@@ -203,10 +203,11 @@ func like(pattern, s string) bool {
 	return pi == len(p)
 }
 
-// stringList is a JSON string or list of strings, as IAM policies write values.
-type stringList []string
+// StringList is a JSON string or list of strings, as IAM policies write values (the
+// sandbox's IAM reads its policies with it too).
+type StringList []string
 
-func (l *stringList) UnmarshalJSON(b []byte) error {
+func (l *StringList) UnmarshalJSON(b []byte) error {
 	var one string
 	if json.Unmarshal(b, &one) == nil {
 		*l = []string{one}
