@@ -20,7 +20,7 @@ type windowed struct {
 	// skip are events a takeover found ended past the cursor (state format 2): taken
 	// into the window as finished, never written again.
 	skip    map[string]bool
-	results chan written // the writes' ends, from send to the pass
+	results chan written // the writes' ends, from send to the pass (room for the window's setting)
 	logEnd  bool         // this pass read the log to its end: the feed has what comes next
 	// committed and committedDone are the cursor and done field last handed to a commit.
 	committed, committedDone string
@@ -42,7 +42,7 @@ func (w *worker) windowed(dest destination.Destination) *windowed {
 	win := window.New(dest.Window(w.d.opts.Delivery.InFlight))
 	win.SetRate(dest.MaxRate)
 	ww := &windowed{win: win, read: w.cursor, held: map[string]heldEvent{},
-		results: make(chan written, window.Max), committed: w.cursor}
+		results: make(chan written, win.Setting()), committed: w.cursor}
 	if w.d.stateFormat() >= 2 {
 		ww.committedDone = store.EncodeDone(w.epoch, w.cursor, w.doneAfter)
 	}
@@ -215,7 +215,7 @@ func (w *worker) startWrites(ctx context.Context, dest destination.Destination) 
 			}
 			return started, 0, errStop
 		}
-		go w.send(ctx, dest, h, ww.results)
+		go w.send(ctx, dest, &h, ww.results)
 		started++
 	}
 }

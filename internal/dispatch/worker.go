@@ -256,7 +256,7 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 // send is one write: it goes on its own, bounded by sendTimeout, whatever becomes of
 // the pass (a write in flight at SIGTERM finishes and is recorded), and hands its
 // outcome to the pass.
-func (w *worker) send(ctx context.Context, dest destination.Destination, h heldEvent, results chan<- written) {
+func (w *worker) send(ctx context.Context, dest destination.Destination, h *heldEvent, results chan<- written) {
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	started := time.Now()
 	endSpan := w.d.traceWrite(dest, h.entry)
@@ -265,9 +265,10 @@ func (w *worker) send(ctx context.Context, dest destination.Destination, h heldE
 	results <- written{held: h, err: err, took: time.Since(started), endSpan: endSpan}
 }
 
-// written is one write's end, as send hands it to the pass.
+// written is one write's end, as send hands it to the pass: small, so the channel a
+// window's writes end on costs little to make per pass.
 type written struct {
-	held    heldEvent
+	held    *heldEvent
 	err     error
 	took    time.Duration
 	endSpan func(outcome, message string)
