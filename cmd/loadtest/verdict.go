@@ -76,8 +76,8 @@ func logT(xs []float64) (lo, hi float64, ok bool) {
 
 // logMeanSD is the mean and the standard deviation (n − 1) of the logarithms of xs (two
 // or more, each positive). (Not gonum's stat.MeanStdDev: its compensated sums differ
-// in the last bits, which for alike values, a standard deviation of 0 against this
-// one's 1e-16, moves an interval's end by one ulp.)
+// from these in the last bits; for alike values it gives a standard deviation of 0
+// where this gives about 1e-16, and an interval's end then moves by one ulp.)
 func logMeanSD(xs []float64) (mean, sd float64) {
 	n := float64(len(xs))
 	for _, x := range xs {
