@@ -29,12 +29,12 @@ type Entry struct {
 	TraceParent string
 }
 
-// xaddArgs is the XADD of e to log, in its stored form (entrycodec.go), trimming entries
-// older than minID: the entry goes into the command as it is (go-redis writes a []byte
-// argument without copying it into a string), and never through Lua. log and minID come
+// xaddArgs is the XADD to log of an entry in its stored form (Entry.encoded), trimming
+// entries older than minID: the entry goes into the command as it is (go-redis writes a
+// []byte argument without copying it into a string), and never through Lua. log and minID come
 // boxed: the same for a whole transaction, they are converted to interfaces once.
-func (e *Entry) xaddArgs(log, minID any) []any {
-	return []any{"xadd", log, "MINID", "~", minID, "*", entryField, e.encoded()}
+func xaddArgs(log, minID any, encoded []byte) []any {
+	return []any{"xadd", log, "MINID", "~", minID, "*", entryField, encoded}
 }
 
 // Append is one event to append to the logs of the accounts it belongs to.
@@ -57,7 +57,8 @@ func (a Appended) Duplicate() bool {
 	return true
 }
 
-// An append is one MULTI … EXEC per account (its keys share one slot), holding for each
+// An append of small entries is one call of appendScript per account (below). One with
+// a large entry is one MULTI … EXEC per account (its keys share one slot), holding for each
 // event, in order, a call of gateScript and a plain XADD of the entry; a last call of
 // gateScript ends it. The entry is an argument of the XADD only: an argument passed to a
 // script is copied into a Lua string, and Redis's Lua hashes every byte of every string
@@ -139,6 +140,59 @@ return 0
 
 var gateScript = redis.NewScript(gateSource)
 
+// scriptEntryMax is the largest stored entry (encoded) an append takes through
+// appendScript: one call, where the transaction above is seven commands. Past it the
+// transaction's XADD keeps the entry out of Lua, whose strings cost Redis CPU per byte.
+const scriptEntryMax = 4096
+
+// appendScript is an account's whole append in one call, for entries of at most
+// scriptEntryMax bytes: it writes exactly what the transaction above writes (the log
+// entry, its dedup marker holding its log id, its ordinal and index entry), so replicas
+// of either kind read the other's appends as their own. KEYS are the log, the position
+// hash, the ordinal index and the dedup hash, then each event's marker key of the form
+// before; ARGV the dedup window in ms, the time in ms, the log's MINID bound, then each
+// event's fingerprint and stored entry. It answers the log's last id before the call
+// (” for none), then each event's log id (” for a duplicate, whose marker it rewrites
+// unchanged as the transaction does, so a WAIT after it covers the write that stored
+// the event).
+const appendSource = dedupLua + `
+local log, pos, ord = KEYS[1], KEYS[2], KEYS[3]
+local b = dedup_open(KEYS[4], tonumber(ARGV[1]), tonumber(ARGV[2]))
+local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+local out = {last and last[1] or ''}
+for i = 1, (#ARGV - 3) / 2 do
+  local fp, legacy = ARGV[2 + 2 * i], KEYS[4 + i]
+  local key, old = dedup_find(b, fp, legacy)
+  if old then
+    if key == legacy then redis.call('SET', key, old, 'XX', 'KEEPTTL') else redis.call('HSET', key, fp, old) end
+    out[#out + 1] = ''
+  else
+    local id = redis.call('XADD', log, 'MINID', '~', ARGV[3], '*', '` + entryField + `', ARGV[3 + 2 * i])
+    local k = redis.call('HINCRBY', pos, 'n', 1)
+    local r = redis.pcall('XADD', ord, 'MAXLEN', redis.call('XLEN', log), id, 'k', k)
+    if type(r) == 'string' then
+      dedup_add(b, fp, id)
+    else -- the index has that id already (as the transaction's gate): neither is the event
+      redis.call('HINCRBY', pos, 'n', -1)
+    end
+    out[#out + 1] = id
+  end
+end
+return out
+`
+
+var appendScript = redis.NewScript(appendSource)
+
+// byScript reports whether aa goes through appendScript: every entry small enough.
+func (aa *accountAppends) byScript() bool {
+	for _, z := range aa.encoded {
+		if len(z) > scriptEntryMax {
+			return false
+		}
+	}
+	return true
+}
+
 // heldKey is where gateScript moves an account's log aside: it exists only inside an
 // append's transaction.
 func heldKey(acct string) string { return "relay:{" + acct + "}:log:held" }
@@ -147,6 +201,7 @@ func heldKey(acct string) string { return "relay:{" + acct + "}:log:held" }
 type accountAppends struct {
 	acct    string
 	entries []*Entry
+	encoded [][]byte  // each entry's stored form (Entry.encoded)
 	ids     []*string // where each entry's log id goes ("" for a duplicate)
 	after   string    // the log's last id before the transaction ("": not known)
 }
@@ -189,6 +244,7 @@ func (s *Store) AppendBatchRuns(ctx context.Context, batch []Append, dedup, logM
 	for i := range batch {
 		a := &batch[i]
 		out[i] = make(Appended, len(a.Accounts))
+		z := a.Entry.encoded() // once, whatever the accounts
 		for j, acct := range a.Accounts {
 			aa := byAcct[acct]
 			if aa == nil {
@@ -197,6 +253,7 @@ func (s *Store) AppendBatchRuns(ctx context.Context, batch []Append, dedup, logM
 				accts = append(accts, aa)
 			}
 			aa.entries = append(aa.entries, &a.Entry)
+			aa.encoded = append(aa.encoded, z)
 			aa.ids = append(aa.ids, &out[i][j])
 		}
 	}
@@ -239,38 +296,42 @@ func (s *Store) AppendBatchRuns(ctx context.Context, batch []Append, dedup, logM
 	return out, runs, nil
 }
 
-// appendOn runs the transactions of accts on one master in one pipeline, ending in WAIT
-// with Options.MinReplicas, and sets each entry's log id.
+// appendOn runs the appends of accts on one master in one pipeline, ending in WAIT
+// with Options.MinReplicas, and sets each entry's log id: appendScript for an account
+// whose entries are all small (one command), else its transaction. A script call that
+// found no script (a restarted or promoted server) wrote nothing, and goes again with
+// the script's source.
 func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*accountAppends, window, nowMS, minID string) error {
 	pipe := m.Pipeline()
 	// Arguments shared by many commands are boxed once (each boxing of a string allocates).
-	sha, windowArg, nowArg, minIDArg := any(gateScript.Hash()), any(window), any(nowMS), any(minID)
-	execs := make([]*redis.Cmd, len(accts))
+	windowArg, nowArg, minIDArg := any(window), any(nowMS), any(minID)
+	replies := make([]*redis.Cmd, len(accts))
+	calls := make([][]any, len(accts)) // appendScript's arguments after the script, by account
 	for k, aa := range accts {
-		log, held, pos, ord, dd := any(logKey(aa.acct)), any(heldKey(aa.acct)), any(posKey(aa.acct)), any(ordKey(aa.acct)), any(dedupKey(aa.acct))
-		pipe.Do(ctx, "multi")
-		pipe.Do(ctx, "script", "load", gateSource)
-		// The log's last entry before this transaction: where its run starts (Run.After).
-		pipe.Do(ctx, "xrevrange", log, "+", "-", "COUNT", 1)
-		prev := any("") // the fingerprint of the event before, for its gate call to index it
-		for _, e := range aa.entries {
-			fp := any(fingerprint(e.EventID))
-			pipe.Do(ctx, "evalsha", sha, 6, log, held, pos, ord, dd, seenKey(aa.acct, e.EventID), windowArg, nowArg, prev, fp)
-			pipe.Do(ctx, e.xaddArgs(log, minIDArg)...)
-			prev = fp
+		if aa.byScript() {
+			calls[k] = aa.scriptArgs(windowArg, nowArg, minIDArg)
+			replies[k] = pipe.Do(ctx, append([]any{"evalsha", appendScript.Hash()}, calls[k]...)...)
+			continue
 		}
-		pipe.Do(ctx, "evalsha", sha, 5, log, held, pos, ord, dd, windowArg, nowArg, prev, "")
-		execs[k] = pipe.Do(ctx, "exec")
+		replies[k] = aa.transaction(ctx, pipe, windowArg, nowArg, minIDArg)
 	}
-	var acked *redis.Cmd
-	if s.minReplicas > 0 {
-		acked = pipe.Do(ctx, "wait", s.minReplicas, waitTimeout.Milliseconds())
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	acked := s.wait(ctx, pipe)
+	// A script call that found no script is run again below; any other failure ends it.
+	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return err
 	}
+	if again := s.withSource(ctx, m, replies, calls); again != nil {
+		acked = again
+	}
 	for k, aa := range accts {
-		if err := aa.read(execs[k]); err != nil {
+		if err := replies[k].Err(); err != nil {
+			return fmt.Errorf("append to account %s: %w", aa.acct, err)
+		}
+		read := aa.read
+		if calls[k] != nil {
+			read = aa.readScript
+		}
+		if err := read(replies[k]); err != nil {
 			return err
 		}
 	}
@@ -280,6 +341,90 @@ func (s *Store) appendOn(ctx context.Context, m redis.UniversalClient, accts []*
 		}
 	}
 	return nil
+}
+
+// wait queues WAIT on pipe with Options.MinReplicas (nil without).
+func (s *Store) wait(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
+	if s.minReplicas == 0 {
+		return nil
+	}
+	return pipe.Do(ctx, "wait", s.minReplicas, waitTimeout.Milliseconds())
+}
+
+// withSource runs again, with appendScript's source, the script calls that found no
+// script, then WAIT (returned) when any ran; it sets their replies.
+func (s *Store) withSource(ctx context.Context, m redis.UniversalClient, replies []*redis.Cmd, calls [][]any) *redis.Cmd {
+	var again []int
+	for k, r := range replies {
+		if calls[k] != nil && redis.HasErrorPrefix(r.Err(), "NOSCRIPT") {
+			again = append(again, k)
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	pipe := m.Pipeline()
+	for _, k := range again {
+		replies[k] = pipe.Do(ctx, append([]any{"eval", appendSource}, calls[k]...)...)
+	}
+	acked := s.wait(ctx, pipe)
+	_, _ = pipe.Exec(ctx) // each reply holds its own error
+	return acked
+}
+
+// scriptArgs is appendScript's numkeys, KEYS and ARGV for aa.
+func (aa *accountAppends) scriptArgs(window, now, minID any) []any {
+	n := len(aa.entries)
+	args := make([]any, 0, 1+4+n+3+2*n)
+	args = append(args, 4+n, logKey(aa.acct), posKey(aa.acct), ordKey(aa.acct), dedupKey(aa.acct))
+	for _, e := range aa.entries {
+		args = append(args, seenKey(aa.acct, e.EventID))
+	}
+	args = append(args, window, now, minID)
+	for i, e := range aa.entries {
+		args = append(args, fingerprint(e.EventID), aa.encoded[i])
+	}
+	return args
+}
+
+// readScript sets the log ids from appendScript's reply.
+func (aa *accountAppends) readScript(r *redis.Cmd) error {
+	res, err := r.Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) != 1+len(aa.entries) {
+		return fmt.Errorf("append to account %s: %d replies, want %d", aa.acct, len(res), 1+len(aa.entries))
+	}
+	aa.after, _ = res[0].(string)
+	for n := range aa.entries {
+		id, ok := res[1+n].(string)
+		if !ok {
+			return fmt.Errorf("append %s: the script answered %v", aa.entries[n].EventID, res[1+n])
+		}
+		*aa.ids[n] = id
+	}
+	return nil
+}
+
+// transaction queues aa's append as one MULTI … EXEC on pipe (the gate calls and
+// XADDs above) and returns its EXEC.
+func (aa *accountAppends) transaction(ctx context.Context, pipe redis.Pipeliner, window, now, minID any) *redis.Cmd {
+	sha := any(gateScript.Hash())
+	log, held, pos, ord, dd := any(logKey(aa.acct)), any(heldKey(aa.acct)), any(posKey(aa.acct)), any(ordKey(aa.acct)), any(dedupKey(aa.acct))
+	pipe.Do(ctx, "multi")
+	pipe.Do(ctx, "script", "load", gateSource)
+	// The log's last entry before this transaction: where its run starts (Run.After).
+	pipe.Do(ctx, "xrevrange", log, "+", "-", "COUNT", 1)
+	prev := any("") // the fingerprint of the event before, for its gate call to index it
+	for i, e := range aa.entries {
+		fp := any(fingerprint(e.EventID))
+		pipe.Do(ctx, "evalsha", sha, 6, log, held, pos, ord, dd, seenKey(aa.acct, e.EventID), window, now, prev, fp)
+		pipe.Do(ctx, xaddArgs(log, minID, aa.encoded[i])...)
+		prev = fp
+	}
+	pipe.Do(ctx, "evalsha", sha, 5, log, held, pos, ord, dd, window, now, prev, "")
+	return pipe.Do(ctx, "exec")
 }
 
 // read sets the log ids from the EXEC reply of aa's transaction: SCRIPT LOAD's answer,

@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -156,6 +159,88 @@ func TestEachAppendSaysWhatItAddedAndTheEntryItFollows(t *testing.T) {
 				t.Fatalf("round %d: runs %v", round, got)
 			}
 			check(runs)
+		}
+	})
+}
+
+// TestTheScriptAndTheTransactionStoreTheSame: an append of small entries (one call of
+// appendScript) and one with an entry too large for it (the transaction) leave the same
+// things in Redis: the log, each event's marker holding its log id, the ordinal and the
+// index entry of each; a duplicate is one whichever way its first copy came. A server
+// that lost its scripts (SCRIPT FLUSH, as after a restart; the single server only)
+// takes the next append all the same.
+func TestTheScriptAndTheTransactionStoreTheSame(t *testing.T) {
+	onEachRedis(t, func(t *testing.T, st *Store) {
+		ctx := context.Background()
+		acct := "acct_paths_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		large := make([]byte, 3*scriptEntryMax) // random hex compresses to about half: still past the bound
+		for i := range large {
+			large[i] = "0123456789abcdef"[rand.IntN(16)]
+		}
+		ev := func(id string, big bool) Append {
+			data := []byte(`{"jobId":"` + id + `"}`)
+			if big {
+				data = []byte(`{"jobId":"` + id + `","pad":"` + string(large) + `"}`)
+			}
+			return Append{Entry: Entry{EventID: id, Type: "job.completed", Data: data}, Accounts: []string{acct}}
+		}
+		if a := ev("x", true); len(a.Entry.encoded()) <= scriptEntryMax {
+			t.Fatalf("the large entry is %d bytes stored, not past %d", len(a.Entry.encoded()), scriptEntryMax)
+		}
+		if strings.HasSuffix(t.Name(), "/single") { // a server of this test's own; the Cluster is shared
+			if err := st.rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var want []string // event ids in the order they must be in the log
+		for round, batch := range [][]Append{
+			{ev("s-1", false), ev("s-2", false)}, // the script (after SCRIPT FLUSH)
+			{ev("l-1", true), ev("s-3", false)},  // the transaction
+			{ev("s-1", true), ev("l-1", false)},  // duplicates, each of the other way
+			{ev("s-4", false), ev("s-4", false)}, // the script, with its own duplicate
+			{ev("l-1", false), ev("l-2", true)},  // the transaction, with a duplicate
+		} {
+			got, err := st.AppendBatch(ctx, batch, time.Hour, time.Hour)
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			seen := map[string]bool{}
+			for i, a := range batch {
+				dup := got[i].Duplicate()
+				if isNew := !slices.Contains(want, a.Entry.EventID) && !seen[a.Entry.EventID]; isNew == dup {
+					t.Fatalf("round %d, %s: duplicate %v", round, a.Entry.EventID, dup)
+				}
+				if !dup {
+					want = append(want, a.Entry.EventID)
+				}
+				seen[a.Entry.EventID] = true
+			}
+		}
+		log, err := st.ReadLog(ctx, acct, "0", 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range log {
+			ids = append(ids, e.EventID)
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(want) {
+			t.Fatalf("log %v, want %v", ids, want)
+		}
+		ord, err := st.rdb.XRange(ctx, ordKey(acct), "-", "+").Result()
+		if err != nil || len(ord) != len(log) {
+			t.Fatalf("index: %d entries (%v), the log %d", len(ord), err, len(log))
+		}
+		for i, e := range log {
+			if m, err := st.marker(ctx, acct, e.EventID); err != nil || m != e.ID {
+				t.Fatalf("%s: marker %q (%v), want its log id %s", e.EventID, m, err, e.ID)
+			}
+			if ord[i].ID != e.ID || fmt.Sprint(ord[i].Values["k"]) != strconv.Itoa(i+1) {
+				t.Fatalf("index entry %d: %s %v, want %s with ordinal %d", i, ord[i].ID, ord[i].Values, e.ID, i+1)
+			}
+		}
+		if n, err := st.rdb.HGet(ctx, posKey(acct), "n").Int(); err != nil || n != len(log) {
+			t.Fatalf("position n %d (%v), want %d", n, err, len(log))
 		}
 	})
 }

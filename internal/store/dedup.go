@@ -38,20 +38,18 @@ local dedup_per_shard, dedup_grow, dedup_max_shards = 256, 4, 4194304
 -- n, buckets = {{start, levels = {shard counts}}, oldest first}}; legacy is nil when
 -- the buckets have never been used for the account.
 local function dedup_read(dd, window, now)
-  local h = redis.call('HMGET', dd, 'live', 'legacy_until')
-  local b = {dd = dd, window = window, now = now, legacy = tonumber(h[2]), n = 0, buckets = {}}
-  local fields = {}
-  for start in string.gmatch(h[1] or '', '%d+') do fields[#fields + 1] = start end
-  if #fields == 0 then return b end
-  local starts = #fields
-  fields[starts + 1] = fields[starts] .. ':n'
-  local v = redis.call('HMGET', dd, unpack(fields))
-  for i = 1, starts do
+  local all = redis.call('HGETALL', dd) -- a few fields: one read, not two
+  local h = {}
+  for i = 1, #all, 2 do h[all[i]] = all[i + 1] end
+  local b = {dd = dd, window = window, now = now, legacy = tonumber(h['legacy_until']), n = 0, buckets = {}}
+  local newest
+  for start in string.gmatch(h['live'] or '', '%d+') do
     local levels = {}
-    for size in string.gmatch(v[i] or '1', '%d+') do levels[#levels + 1] = tonumber(size) end
-    b.buckets[i] = {start = fields[i], levels = levels}
+    for size in string.gmatch(h[start] or '1', '%d+') do levels[#levels + 1] = tonumber(size) end
+    b.buckets[#b.buckets + 1] = {start = start, levels = levels}
+    newest = start
   end
-  b.n = tonumber(v[starts + 1]) or 0
+  if newest then b.n = tonumber(h[newest .. ':n']) or 0 end
   return b
 end
 
@@ -117,9 +115,10 @@ local function dedup_find(b, fp, legacy)
   return nil, nil
 end
 
--- dedup_add stores a pending marker ("n") for fp in the newest bucket (dedup_open made
--- one), adding a level first when the newest is full.
-local function dedup_add(b, fp)
+-- dedup_add stores a marker for fp in the newest bucket (dedup_open made one), adding a
+-- level first when the newest is full: the event's log id v, or pending ("n") when v
+-- is nil.
+local function dedup_add(b, fp, v)
   local cur = b.buckets[#b.buckets]
   local size = cur.levels[#cur.levels]
   if b.n >= size * dedup_per_shard then
@@ -128,7 +127,7 @@ local function dedup_add(b, fp)
     redis.call('HSET', b.dd, cur.start, table.concat(cur.levels, ','), cur.start .. ':n', 0)
   end
   local key = dedup_shard(b, cur, #cur.levels, fp)
-  redis.call('HSET', key, fp, 'n')
+  redis.call('HSET', key, fp, v or 'n')
   redis.call('PEXPIRE', key, b.window + 60000)
   redis.call('HINCRBY', b.dd, cur.start .. ':n', 1)
   b.n = b.n + 1
