@@ -1,8 +1,10 @@
 package dispatch
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/mercamap/relay/internal/store"
 )
@@ -22,7 +24,19 @@ type feed struct {
 	owner   *follower // the follower filling it; nil: none, nothing is known
 	from    string
 	entries []store.LogEntry
+	// ownAt is when an append of this replica last handed entries over; missed, that
+	// one did not follow the feed's last entry (another replica appended between): the
+	// follower reads the log at once (plan).
+	ownAt  time.Time
+	missed bool
 }
+
+// ownQuiet is how long after this replica's last append to an account its follower
+// leaves the account's log out of its reads (plan): the appends hand their entries over
+// themselves, and a read of them would cost a round trip and a wake-up each. Meanwhile
+// the follower reads at least this often, so an entry another replica appended after
+// this replica's last append is read within it.
+const ownQuiet = 250 * time.Millisecond
 
 // follower names one run of follow: a feed takes entries from the run that started it
 // only, so a follower ending as another starts (the accounts of a slot changed) cannot
@@ -105,14 +119,40 @@ func (f *feed) find(id string) (i int, found bool) {
 // workers need not wait for the follower's read of them. It reports whether it took
 // them; when not (another append came between, or the feed is not filled), the
 // follower's read brings them as before.
-func (f *feed) handoff(after string, es []store.LogEntry) bool {
+// A run that does not follow marks the feed missed; wake is true when that is new (the
+// follower is to be woken to read the log).
+func (f *feed) handoff(after string, es []store.LogEntry, now time.Time) (took, wake bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.owner == nil || after == "" || after != f.last() {
-		return false
+	if f.owner == nil {
+		return false, false
+	}
+	f.ownAt = now
+	if after == "" || after != f.last() {
+		wake, f.missed = !f.missed, true
+		return false, wake
 	}
 	f.put(es)
-	return true
+	return true, false
+}
+
+// plan is where by's next read of the account starts, from p (where the last one
+// left it): the log left out while this replica's own appends hand its entries over
+// (ownQuiet), read again from the feed's last entry once they stop or one of them
+// missed (the feed holds the log up to there, so the read brings only what it lacks).
+func (f *feed) plan(by *follower, p store.FollowPoint, now time.Time) store.FollowPoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.owner != by {
+		p.SkipLog = false
+		return p
+	}
+	hot := !f.ownAt.IsZero() && now.Sub(f.ownAt) < ownQuiet && !f.missed
+	if f.missed || (p.SkipLog && !hot) {
+		p.Log = f.last()
+	}
+	f.missed, p.SkipLog = false, hot
+	return p
 }
 
 // last is the id of the feed's last entry, or where it starts when it has none.
@@ -156,16 +196,35 @@ func (f *feed) after(cursor string, n int) (es []store.LogEntry, ok bool) {
 // Appended takes what this replica's ingest just added to account logs (store.Run):
 // an account whose workers run here gets the entries into its feed and its workers
 // woken at once, one hop before the follower's read of the same entries (which the feed
-// then skips). A run that does not follow the feed's last entry is left to that read.
+// then skips). While its appends go on, the follower does not read that log (plan). A
+// run that does not follow the feed's last entry (another replica appended between) is
+// left to a read of the log, which a wake of the follower makes at once.
 // The log stays the truth: nothing here is kept that the log does not hold.
 func (d *Dispatcher) Appended(runs []store.Run) {
+	now := time.Now()
 	for _, r := range runs {
 		d.feedsMu.Lock()
 		f := d.feeds[r.Account]
 		d.feedsMu.Unlock()
-		if f != nil && f.handoff(r.After, r.Entries) {
+		if f == nil {
+			continue
+		}
+		took, wake := f.handoff(r.After, r.Entries, now)
+		if took {
 			d.opts.Metrics.HandedOver.Add(float64(len(r.Entries)))
 			d.notify(r.Account)
 		}
+		if wake {
+			go d.wakeFollower(r.Account)
+		}
+	}
+}
+
+// wakeFollower has the follower of acct, blocked in its read, read again now.
+func (d *Dispatcher) wakeFollower(acct string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := d.opts.Store.Wake(ctx, acct); err != nil {
+		d.opts.Logger.Warn("cannot wake the log follower; it reads the log within its quiet time", "account", acct, "error", err)
 	}
 }

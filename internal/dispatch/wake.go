@@ -161,7 +161,13 @@ func (d *Dispatcher) follow(ctx context.Context, gf *groupFollower, block time.D
 			sleep(ctx, d.opts.Poll)
 			continue
 		}
-		got, err := d.opts.Store.FollowLogs(ctx, at, block, followCount)
+		wait, now := block, time.Now()
+		for acct, p := range at {
+			if at[acct] = d.feedOf(acct).plan(me, p, now); at[acct].SkipLog && wait > ownQuiet {
+				wait = ownQuiet // a log left out is read again within ownQuiet
+			}
+		}
+		got, err := d.opts.Store.FollowLogs(ctx, at, wait, followCount)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.opts.Logger.Warn("cannot follow the account logs; starting over", "accounts", len(accts), "error", err)

@@ -98,7 +98,13 @@ type Followed struct {
 
 // FollowPoint is where a follower of an account stands: the last log and control ids
 // it has seen.
-type FollowPoint struct{ Log, Ctl string }
+type FollowPoint struct {
+	Log, Ctl string
+	// SkipLog leaves the log out of the next read (its control stream is read): the
+	// follower's replica appends to it itself and hands its entries over, so a read of
+	// them would only wake the follower for what it has.
+	SkipLog bool
+}
 
 // Wake appends an entry that names no destination to acct's control stream: a
 // follower blocked reading it returns at once, and every follower skips it. Dispatch's
@@ -136,8 +142,12 @@ func (s *Store) FollowLogs(ctx context.Context, at map[string]FollowPoint, block
 	streams := make([]string, 0, 4*len(at))
 	ids := make([]string, 0, 2*len(at))
 	for acct, p := range at {
-		streams = append(streams, logKey(acct), ctlKey(acct))
-		ids = append(ids, p.Log, p.Ctl)
+		if !p.SkipLog {
+			streams = append(streams, logKey(acct))
+			ids = append(ids, p.Log)
+		}
+		streams = append(streams, ctlKey(acct))
+		ids = append(ids, p.Ctl)
 	}
 	streams = append(streams, ids...)
 	res, err := s.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Block: block, Count: count}).Result()
