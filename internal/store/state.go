@@ -99,22 +99,35 @@ func (r Ref) chanKeys() []string {
 		chanKey(r.Account, ac), chanSeqKey(r.Account, ac)}
 }
 
-// LoadState reads a destination's state and its channel's sequence in one MULTI, so
-// State.Sequence is the last channel event the state reflects (the card needs that).
+// LoadState reads a destination's state and its channel's sequence in one call of
+// loadStateScript, so State.Sequence is the last channel event the state reflects (the
+// card needs that): one command, where a MULTI of the two reads is four.
 func (s *Store) LoadState(ctx context.Context, r Ref) (State, error) {
-	pipe := s.rdb.TxPipeline()
-	h := pipe.HGetAll(ctx, destKey(r.Account, r.ID))
-	seq := pipe.Get(ctx, chanSeqKey(r.Account, DestinationChannel(r.ID)))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	v, err := loadStateScript.Run(ctx, s.rdb, []string{destKey(r.Account, r.ID), chanSeqKey(r.Account, DestinationChannel(r.ID))}).Slice()
+	if err != nil {
 		return State{}, err
 	}
-	if _, ok := h.Val()["status"]; !ok { // nothing, or only a lease (Forget, AcquireLeases)
+	if len(v) != 2 {
+		return State{}, fmt.Errorf("state of %s: %d replies, want 2", r.ID, len(v))
+	}
+	pairs, _ := v[0].([]any)
+	h := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		k, _ := pairs[i].(string)
+		h[k], _ = pairs[i+1].(string)
+	}
+	if _, ok := h["status"]; !ok { // nothing, or only a lease (Forget, AcquireLeases)
 		return State{}, destination.ErrNotFound
 	}
-	st := stateFrom(h.Val())
-	st.Sequence, _ = strconv.ParseInt(seq.Val(), 10, 64)
+	st := stateFrom(h)
+	seq, _ := v[1].(string) // false (nil) when the channel has no counter
+	st.Sequence, _ = strconv.ParseInt(seq, 10, 64)
 	return st, nil
 }
+
+// loadStateScript answers a destination's hash (KEYS[1], HGETALL's pairs) and its
+// channel's counter (KEYS[2]) read together.
+var loadStateScript = redis.NewScript(`return {redis.call('HGETALL', KEYS[1]), redis.call('GET', KEYS[2])}`)
 
 func stateFrom(h map[string]string) State {
 	st := State{
