@@ -30,11 +30,13 @@ type apiSource struct {
 	// the merged set (setDestinations).
 	applying sync.Mutex
 
-	mu       sync.Mutex
-	dests    map[string]destination.Destination // by id
-	accounts map[string]config.Account          // by id
-	file     map[string]bool                    // the file's destination ids
-	pos      string                             // the change stream, read up to here
+	mu sync.Mutex
+	// dests is by id; a reading of the registry fills it with pointers into the one list
+	// the registry gave, so none is written through: a change puts a new one.
+	dests    map[string]*destination.Destination
+	accounts map[string]config.Account // by id
+	file     map[string]bool           // the file's destination ids
+	pos      string                    // the change stream, read up to here
 }
 
 // accountList is the accounts the API made, by id.
@@ -54,7 +56,7 @@ const changeWait = 5 * time.Second
 // load reads the whole registry and returns it with the file's destinations, the file's
 // winning on a shared id: what the dispatcher takes at start.
 func (a *apiSource) load(ctx context.Context, file []destination.Destination) ([]destination.Destination, error) {
-	recs, pos, err := a.reg.All(ctx)
+	recs, pos, err := a.reg.Destinations(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -68,12 +70,18 @@ func (a *apiSource) load(ctx context.Context, file []destination.Destination) ([
 	for _, r := range accts {
 		a.accounts[r.ID] = r.Account()
 	}
-	a.dests = make(map[string]destination.Destination, len(recs))
-	for _, r := range recs {
-		a.dests[r.ID] = r.Destination()
-	}
+	a.dests = byID(recs)
 	a.pos = pos
 	return a.mergeLocked(file), nil
+}
+
+// byID maps each of dests by its id to itself: pointers into dests, not copies.
+func byID(dests []destination.Destination) map[string]*destination.Destination {
+	m := make(map[string]*destination.Destination, len(dests))
+	for i := range dests {
+		m[dests[i].ID] = &dests[i]
+	}
+	return m
 }
 
 // merged is the file's destinations with the registry's (the file's win on a shared id):
@@ -86,14 +94,20 @@ func (a *apiSource) merged(file []destination.Destination) []destination.Destina
 
 func (a *apiSource) mergeLocked(file []destination.Destination) []destination.Destination {
 	a.file = make(map[string]bool, len(file))
-	out := slices.Clone(file)
 	for _, d := range file {
 		a.file[d.ID] = true
 	}
-	for _, id := range slices.Sorted(maps.Keys(a.dests)) {
+	ids := make([]string, 0, len(a.dests))
+	for id := range a.dests {
 		if !a.file[id] {
-			out = append(out, a.dests[id])
+			ids = append(ids, id)
 		}
+	}
+	slices.Sort(ids)
+	out := make([]destination.Destination, len(file), len(file)+len(ids))
+	copy(out, file)
+	for _, id := range ids {
+		out = append(out, *a.dests[id])
 	}
 	return out
 }
@@ -177,10 +191,12 @@ func (a *apiSource) applyLocked(ctx context.Context, changes []registry.Change) 
 			accountsChanged = true
 			continue
 		}
+		var nd destination.Destination
 		a.mu.Lock()
 		fileOwned := a.file[c.ID]
 		if c.Record != nil {
-			a.dests[c.ID] = c.Record.Destination()
+			nd = c.Record.Destination()
+			a.dests[c.ID] = &nd
 		} else {
 			delete(a.dests, c.ID)
 		}
@@ -195,7 +211,6 @@ func (a *apiSource) applyLocked(ctx context.Context, changes []registry.Change) 
 		if a.disp.IsMaking(c.ID) {
 			continue // this replica's API is making it, and takes it itself once its old state is gone
 		}
-		nd := c.Record.Destination()
 		if cur, ok := a.disp.Destination(c.ID); ok && cur.Fingerprint() == nd.Fingerprint() && cur.PinnedExternalID == nd.PinnedExternalID {
 			continue // this replica took it already (it made the change): nothing to ensure
 		}
@@ -208,7 +223,7 @@ func (a *apiSource) applyLocked(ctx context.Context, changes []registry.Change) 
 
 // reloadAll reads the registry again and makes the dispatcher's API destinations match.
 func (a *apiSource) reloadAll(ctx context.Context) {
-	recs, pos, err := a.reg.All(ctx)
+	recs, pos, err := a.reg.Destinations(ctx)
 	if err != nil {
 		a.log.Warn("the registry could not be read", "error", err)
 		return
@@ -225,13 +240,12 @@ func (a *apiSource) reloadAll(ctx context.Context) {
 		a.accounts[r.ID] = r.Account()
 	}
 	old := a.dests
-	a.dests = make(map[string]destination.Destination, len(recs))
-	var up []destination.Destination
-	for _, r := range recs {
-		a.dests[r.ID] = r.Destination()
-		if !a.file[r.ID] {
-			up = append(up, r.Destination())
-		}
+	a.dests = byID(recs)
+	// up is recs less the file's ids: recs itself when the file has none of them (the
+	// dispatcher only reads it), else a list of its own (a.dests points into recs).
+	up := recs
+	if slices.ContainsFunc(recs, func(d destination.Destination) bool { return a.file[d.ID] }) {
+		up = slices.DeleteFunc(slices.Clone(recs), func(d destination.Destination) bool { return a.file[d.ID] })
 	}
 	var gone []string
 	for id := range old {

@@ -28,7 +28,7 @@ func TestTheFollowerLeavesADestinationThisReplicasAPIIsMakingToTheCreate(t *test
 	}
 	defer st.Close()
 	disp := dispatch.New(dispatch.Options{Store: st})
-	src := &apiSource{disp: disp, log: slog.New(slog.DiscardHandler), dests: map[string]destination.Destination{},
+	src := &apiSource{disp: disp, log: slog.New(slog.DiscardHandler), dests: map[string]*destination.Destination{},
 		accounts: map[string]config.Account{}, file: map[string]bool{}}
 	change := func(id string) registry.Change {
 		return registry.Change{ID: id, Record: &registry.Record{ID: id, Account: "acct_1", Connector: "eventbridge",

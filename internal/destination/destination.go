@@ -5,12 +5,14 @@
 package destination
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -130,14 +132,25 @@ func (d Destination) Wants(shortType string) bool {
 // an upgrade redefines nothing, and a roll's two releases agree on every such
 // destination.
 func (d Destination) Fingerprint() string {
-	events := slices.Clone(d.Events)
-	slices.Sort(events)
-	events = slices.Compact(events)
-	if events == nil {
+	// The filter as a set: sorted, each once. Most are already (the API and the config
+	// keep them as given, usually so), and then hashed as they are, not copied.
+	events := d.Events
+	if len(events) == 0 {
 		events = []string{}
+	} else if !isSet(events) {
+		events = slices.Compact(slices.Sorted(slices.Values(events)))
 	}
-	// A struct with a fixed field order marshals to the same bytes every time.
-	b, err := json.Marshal(struct {
+	// A struct with a fixed field order marshals to the same bytes every time. It is
+	// encoded into a pooled buffer (Marshal's bytes, and a newline after them) rather
+	// than into a copy of its own: a start hashes every destination.
+	e := fingerprintEncoders.Get().(*fingerprintEncoder)
+	defer func() {
+		if e.buf.Cap() <= 64<<10 { // an outsized one is not kept
+			fingerprintEncoders.Put(e)
+		}
+	}()
+	e.buf.Reset()
+	err := e.enc.Encode(struct {
 		V         int       `json:"v"`
 		Connector Connector `json:"connector"`
 		Account   string    `json:"account"`
@@ -155,8 +168,34 @@ func (d Destination) Fingerprint() string {
 	if err != nil {
 		panic("destination: fingerprint: " + err.Error()) // strings only: cannot fail
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	sum := sha256.Sum256(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")))
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], sum[:])
+	return string(text[:])
+}
+
+// fingerprintEncoder is a JSON encoder (Marshal's escaping: HTML too) writing into its
+// own buffer; Fingerprint takes one from fingerprintEncoders.
+type fingerprintEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var fingerprintEncoders = sync.Pool{New: func() any {
+	e := &fingerprintEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	return e
+}}
+
+// isSet reports whether s is sorted with no string twice: what Fingerprint makes of an
+// event filter already.
+func isSet(s []string) bool {
+	for i := 1; i < len(s); i++ {
+		if s[i-1] >= s[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // rateText is r as the Fingerprint hashes it: "" when off, else its shortest exact text.

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 
 	"github.com/mercamap/relay/internal/destination"
 	"github.com/mercamap/relay/internal/store"
@@ -16,17 +17,18 @@ func (d *Dispatcher) Upsert(ctx context.Context, dests ...destination.Destinatio
 	if len(dests) == 0 {
 		return nil
 	}
+	own := slices.Clone(dests) // what d.dests and the index point at: one copy, not one a destination
 	d.mu.Lock()
 	if d.dests == nil {
-		d.dests = map[string]destination.Destination{}
+		d.dests = map[string]*destination.Destination{}
 	}
-	for _, dest := range dests {
+	for i := range own {
+		dest := &own[i]
 		if w, ok := d.workers[dest.ID]; ok && w.dest.Fingerprint() != dest.Fingerprint() {
 			w.stop()
 		}
-		prev, replaced := d.dests[dest.ID]
-		d.dests[dest.ID] = dest // in place, under mu: every reader holds mu (SetDestinations swaps the map)
-		d.index.put(dest, prev, replaced)
+		d.index.put(dest, d.dests[dest.ID])
+		d.dests[dest.ID] = dest // under mu: every reader holds mu (SetDestinations swaps the map)
 	}
 	d.mu.Unlock()
 	if err := d.ensure(ctx, dests, true, false); err != nil {
@@ -76,7 +78,7 @@ func (d *Dispatcher) Remove(ids ...string) {
 			w.stop()
 		}
 		if dest, ok := d.dests[id]; ok {
-			d.index.remove(dest)
+			d.index.remove(*dest)
 		}
 		delete(d.dests, id)
 	}

@@ -73,16 +73,19 @@ type Dispatcher struct {
 	storePaths atomic.Pointer[map[string][]string] // per account; read for each message
 	pool       pool                                // runs the passes of the workers with work
 
-	mu         sync.Mutex
-	dests      map[string]destination.Destination // by id, as configured
-	index      *index                             // dests by account, for the API (index.go); changed with dests
-	loaded     bool                               // SetDestinations ran once: later calls are reloads
-	workers    map[string]*worker                 // by id, the leases held
-	accounts   map[string]map[*worker]struct{}    // the same workers by account, to wake on new events
-	feedsMu    sync.Mutex                         // guards feeds (apart from mu: ingest's handoff takes it)
-	feeds      map[string]*feed                   // by account: its log as last read (feed.go)
-	committers map[string]*committer              // by account (committer.go)
-	ended      atomic.Bool                        // Run returned: commits give up on an unreachable Redis sooner
+	mu sync.Mutex
+	// dests is by id, as configured: pointers into the dispatcher's own copy of each
+	// list it was given (SetDestinations, Upsert), never written through (a change puts
+	// a new pointer), so index shares them rather than holding copies.
+	dests      map[string]*destination.Destination
+	index      *index                          // dests by account, for the API (index.go); changed with dests
+	loaded     bool                            // SetDestinations ran once: later calls are reloads
+	workers    map[string]*worker              // by id, the leases held
+	accounts   map[string]map[*worker]struct{} // the same workers by account, to wake on new events
+	feedsMu    sync.Mutex                      // guards feeds (apart from mu: ingest's handoff takes it)
+	feeds      map[string]*feed                // by account: its log as last read (feed.go)
+	committers map[string]*committer           // by account (committer.go)
+	ended      atomic.Bool                     // Run returned: commits give up on an unreachable Redis sooner
 	// rebalance asks Run for a lease round now: a reload added or redefined destinations,
 	// whose workers start at once rather than at the next tick.
 	rebalance chan struct{}
@@ -123,7 +126,7 @@ func New(opts Options) *Dispatcher {
 	if opts.Owner == "" {
 		opts.Owner = "relay-" + randomHex(6)
 	}
-	d := &Dispatcher{opts: opts, dests: map[string]destination.Destination{}, index: newIndex(),
+	d := &Dispatcher{opts: opts, dests: map[string]*destination.Destination{}, index: newIndex(),
 		workers: map[string]*worker{}, accounts: map[string]map[*worker]struct{}{},
 		feeds: map[string]*feed{}, committers: map[string]*committer{}, leases: leases{holds: map[store.Hold]*hold{}}, rebalance: make(chan struct{}, 1), rewatch: make(chan struct{}, 1)}
 	d.SetAccounts(opts.Accounts)
@@ -146,10 +149,7 @@ func (d *Dispatcher) SetAccounts(accounts []config.Account) {
 // at the next lease round and keeps its state; one that was redefined gets
 // resync.required on its channel and a fresh worker.
 func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.Destination) error {
-	next := make(map[string]destination.Destination, len(dests))
-	for _, dest := range dests {
-		next[dest.ID] = dest
-	}
+	next := ownByID(dests)
 	// Swap first, then touch Redis: a watcher that reacts to resync.required must find
 	// the new definition already in place.
 	d.mu.Lock()
@@ -171,10 +171,21 @@ func (d *Dispatcher) SetDestinations(ctx context.Context, dests []destination.De
 	d.mu.Unlock()
 	for id, old := range prev {
 		if _, kept := next[id]; !kept {
-			d.resync(ctx, old, "the destination was removed from config; its state is kept")
+			d.resync(ctx, *old, "the destination was removed from config; its state is kept")
 		}
 	}
 	return nil
+}
+
+// ownByID maps each of dests by its id (the last of an id wins) to a copy of its own: one
+// list copied whole, not one allocation a destination.
+func ownByID(dests []destination.Destination) map[string]*destination.Destination {
+	own := slices.Clone(dests)
+	m := make(map[string]*destination.Destination, len(own))
+	for i := range own {
+		m[own[i].ID] = &own[i]
+	}
+	return m
 }
 
 // ensure stores the state of dests that Redis does not hold yet, and tells the watchers
@@ -249,7 +260,10 @@ func (d *Dispatcher) Destination(id string) (destination.Destination, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dest, ok := d.dests[id]
-	return dest, ok
+	if !ok {
+		return destination.Destination{}, false
+	}
+	return *dest, true
 }
 
 // Run holds leases and runs workers until ctx is cancelled; then each worker finishes

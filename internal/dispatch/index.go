@@ -14,25 +14,26 @@ import (
 // built when first asked for after its account's set changed (the whole list after any
 // change), so a reader sorts nothing while nothing changes. It has its own lock, so no
 // reader holds the one every worker needs; the Dispatcher changes it together with
-// dests, under mu.
+// dests, under mu. It holds the dispatcher's pointers (Dispatcher.dests), never a copy of
+// a definition of its own, and never writes through them.
 type index struct {
 	mu        sync.Mutex
-	byAccount map[string]map[string]destination.Destination // account → id → definition
-	sorted    map[string][]destination.Destination          // account → its list by id; absent: build it
-	all       []destination.Destination                     // every one by id; nil: build it
+	byAccount map[string]map[string]*destination.Destination // account → id → definition
+	sorted    map[string][]destination.Destination           // account → its list by id; absent: build it
+	all       []destination.Destination                      // every one by id; nil: build it
 }
 
 func newIndex() *index {
-	return &index{byAccount: map[string]map[string]destination.Destination{}, sorted: map[string][]destination.Destination{}}
+	return &index{byAccount: map[string]map[string]*destination.Destination{}, sorted: map[string][]destination.Destination{}}
 }
 
 // reset makes the index hold dests (by id) and nothing else.
-func (x *index) reset(dests map[string]destination.Destination) {
-	byAccount := map[string]map[string]destination.Destination{}
+func (x *index) reset(dests map[string]*destination.Destination) {
+	byAccount := map[string]map[string]*destination.Destination{}
 	for id, d := range dests {
 		m := byAccount[d.Account]
 		if m == nil {
-			m = map[string]destination.Destination{}
+			m = map[string]*destination.Destination{}
 			byAccount[d.Account] = m
 		}
 		m[id] = d
@@ -42,17 +43,17 @@ func (x *index) reset(dests map[string]destination.Destination) {
 	x.byAccount, x.sorted, x.all = byAccount, map[string][]destination.Destination{}, nil
 }
 
-// put adds or redefines d; prev is the definition it replaces, if any (its account may
-// not be d's).
-func (x *index) put(d destination.Destination, prev destination.Destination, replaced bool) {
+// put adds or redefines d; prev is the definition it replaces, nil when none (its
+// account may not be d's).
+func (x *index) put(d, prev *destination.Destination) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if replaced {
-		x.forget(prev)
+	if prev != nil {
+		x.forget(*prev)
 	}
 	m := x.byAccount[d.Account]
 	if m == nil {
-		m = map[string]destination.Destination{}
+		m = map[string]*destination.Destination{}
 		x.byAccount[d.Account] = m
 	}
 	m[d.ID] = d
@@ -92,7 +93,7 @@ func (x *index) account(acct string) []destination.Destination {
 	}
 	list := make([]destination.Destination, 0, len(m))
 	for _, d := range m {
-		list = append(list, d)
+		list = append(list, *d)
 	}
 	slices.SortFunc(list, byID)
 	x.sorted[acct] = list
@@ -104,10 +105,14 @@ func (x *index) every() []destination.Destination {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.all == nil {
-		all := []destination.Destination{}
+		n := 0
+		for _, m := range x.byAccount {
+			n += len(m)
+		}
+		all := make([]destination.Destination, 0, n)
 		for _, m := range x.byAccount {
 			for _, d := range m {
-				all = append(all, d)
+				all = append(all, *d)
 			}
 		}
 		slices.SortFunc(all, byID)

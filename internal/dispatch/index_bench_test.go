@@ -19,10 +19,7 @@ func BenchmarkDestinationListsAmong100000(b *testing.B) {
 			Connector: destination.PubSub, ProjectID: "p", TopicID: "t"}
 	}
 	d := New(Options{})
-	d.dests = make(map[string]destination.Destination, len(dests))
-	for _, dest := range dests {
-		d.dests[dest.ID] = dest
-	}
+	d.dests = ownByID(dests)
 	d.index.reset(d.dests) // as SetDestinations does, without Redis
 	b.Run("every", func(b *testing.B) {
 		for range b.N {

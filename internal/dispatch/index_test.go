@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
@@ -33,10 +32,11 @@ func TestTheAccountIndexFollowsEveryChangeOfTheDestinations(t *testing.T) {
 		t.Helper()
 		d.mu.Lock()
 		byAccount := map[string][]destination.Destination{}
+		var all []destination.Destination
 		for _, dd := range d.dests {
-			byAccount[dd.Account] = append(byAccount[dd.Account], dd)
+			byAccount[dd.Account] = append(byAccount[dd.Account], *dd)
+			all = append(all, *dd)
 		}
-		all := slices.Collect(maps.Values(d.dests))
 		d.mu.Unlock()
 		counts := d.DestinationCounts()
 		if len(counts) != len(byAccount) {

@@ -114,7 +114,7 @@ func (d *Dispatcher) balance(ctx context.Context) {
 	candidates := make([]destination.Destination, 0, len(ids))
 	for _, id := range ids {
 		if dest, ok := d.dests[id]; ok {
-			candidates = append(candidates, dest)
+			candidates = append(candidates, *dest)
 		}
 	}
 	d.mu.Unlock()

@@ -238,14 +238,31 @@ func (s *Store) EnsureMany(ctx context.Context, es []Ensured, channelRetention t
 	if s.stateFormat() >= CounterLifetime {
 		born = "1"
 	}
+	// What every call shares is made once, and the calls' keys and arguments are cut from
+	// one list each: a start ensures every destination, and this ran per destination.
+	var nowMS, cutoff, bornArg, bounds any = now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), born, s.boundsArg()
+	const nKeys, nArgs = 6, 8
+	keys, args := make([]string, nKeys*len(es)), make([]any, nArgs*len(es))
+	accountKeys := map[string]*[3]string{} // the account channel's and counter's keys, and the log's
 	calls := make([]call, len(es))
 	for i, e := range es {
-		announce := "0"
+		var announce any = "0" // a constant in an interface: no allocation
 		if e.Announce {
 			announce = "1"
 		}
-		calls[i] = call{keys: append(e.chanKeys(), logKey(e.Account)), args: []any{e.ExternalID, e.Fingerprint,
-			now.UnixMilli(), now.Add(-channelRetention).UnixMilli(), e.ID, announce, born, s.boundsArg()}}
+		ak := accountKeys[e.Account]
+		if ak == nil {
+			ac := AccountChannel(e.Account)
+			ak = &[3]string{chanKey(e.Account, ac), chanSeqKey(e.Account, ac), logKey(e.Account)}
+			accountKeys[e.Account] = ak
+		}
+		dc := DestinationChannel(e.ID)
+		k := keys[i*nKeys : (i+1)*nKeys : (i+1)*nKeys]
+		// chanKeys' order (KEYS[1..5]), then the log.
+		k[0], k[1], k[2], k[3], k[4], k[5] = destKey(e.Account, e.ID), chanKey(e.Account, dc), chanSeqKey(e.Account, dc), ak[0], ak[1], ak[2]
+		a := args[i*nArgs : (i+1)*nArgs : (i+1)*nArgs]
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = e.ExternalID, e.Fingerprint, nowMS, cutoff, e.ID, announce, bornArg, bounds
+		calls[i] = call{keys: k, args: a}
 	}
 	cmds, err := s.evalAll(ctx, ensureScript, calls, false)
 	if err != nil {
