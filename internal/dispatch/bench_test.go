@@ -66,10 +66,7 @@ func (s *gapSink) percentile(p float64) time.Duration {
 // runDeliveries puts events in the logs of accounts, each with destsPerAccount
 // destinations, then runs one Dispatcher until the sink has taken every delivery.
 func runDeliveries(b *testing.B, accounts, destsPerAccount, eventsPerAccount int, delay time.Duration) (time.Duration, *gapSink) {
-	st, err := store.Open(testpeer.RedisURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
+	st := benchStore(b)
 	defer st.Close()
 	ctx := context.Background()
 	dests := benchDestinations(accounts, destsPerAccount)
@@ -117,6 +114,15 @@ func BenchmarkOneDestinationTwentyMillis(b *testing.B) {
 		b.ReportMetric(float64(sink.percentile(0.5).Microseconds()), "p50-added-µs")
 		b.ReportMetric(float64(sink.percentile(0.99).Microseconds()), "p99-added-µs")
 	}
+}
+
+// benchStore opens a store on a Redis of the benchmark's own.
+func benchStore(b *testing.B) *store.Store {
+	st, err := store.Open(testpeer.RedisURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
 }
 
 // benchDestinations is destsPerAccount Kinesis destinations in each of accounts accounts

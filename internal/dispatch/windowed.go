@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/mercamap/relay/internal/destination"
@@ -12,7 +13,9 @@ import (
 // windowed is what a worker holds while it has events past its cursor: the window
 // (package window decides which may be written now), the events taken into it, and
 // where its reading of the log stands. A worker with nothing unfinished lets it go, so
-// an idle destination costs no more than before.
+// an idle destination costs no more than before: emptied, into spareWindows, where the
+// next pass of any destination takes it up again rather than making one (a destination
+// that gets an event or two a pass made its window, maps and channel every pass).
 type windowed struct {
 	win  *window.Window
 	read string               // the last log id taken into the window
@@ -32,17 +35,29 @@ type heldEvent struct {
 	msg   destination.Message
 }
 
-// windowed returns the worker's window, making it from the state in hand: its
-// setting is the destination's in_flight (else delivery.in_flight), its rate the
-// destination's max_rate.
+// spareWindows are the windows workers let go of, emptied, nothing in flight: any worker's
+// next window is one of them while there are some.
+var spareWindows sync.Pool
+
+// windowed returns the worker's window, making it from the state in hand (or renewing
+// one let go of): its setting is the destination's in_flight (else
+// delivery.in_flight), its rate the destination's max_rate.
 func (w *worker) windowed(dest destination.Destination) *windowed {
 	if w.ww != nil {
 		return w.ww
 	}
-	win := window.New(dest.Window(w.d.opts.Delivery.InFlight))
-	win.SetRate(dest.MaxRate)
-	ww := &windowed{win: win, read: w.cursor, held: map[string]heldEvent{},
-		results: make(chan written, win.Setting()), committed: w.cursor}
+	setting := dest.Window(w.d.opts.Delivery.InFlight)
+	ww, _ := spareWindows.Get().(*windowed)
+	if ww == nil {
+		ww = &windowed{win: window.New(setting), held: map[string]heldEvent{}}
+	} else {
+		ww.win.Renew(setting)
+	}
+	ww.win.SetRate(dest.MaxRate)
+	if cap(ww.results) < ww.win.Setting() {
+		ww.results = make(chan written, ww.win.Setting())
+	}
+	ww.read, ww.logEnd, ww.committed, ww.committedDone = w.cursor, false, w.cursor, ""
 	if w.d.stateFormat() >= 2 {
 		ww.committedDone = store.EncodeDone(w.epoch, w.cursor, w.doneAfter)
 	}
@@ -58,10 +73,14 @@ func (w *worker) windowed(dest destination.Destination) *windowed {
 }
 
 // letGoIfEmpty drops the window once nothing is left in it: the cursor is then where
-// reading stands, and the next pass makes a new one.
+// reading stands, and the next pass takes one from spareWindows. Nothing is in flight,
+// so no write holds its channel any more.
 func (ww *windowed) letGoIfEmpty(w *worker) {
 	if ww.win.Len() == 0 && ww.win.Writing() == 0 && len(ww.skip) == 0 {
 		w.ww = nil
+		clear(ww.held)
+		ww.skip = nil
+		spareWindows.Put(ww)
 	}
 }
 
@@ -99,10 +118,18 @@ func (w *worker) deliverWindow(ctx context.Context, dest destination.Destination
 				break
 			}
 			var n int
-			n, wait, err = w.startWrites(ctx, dest)
+			var inline bool
+			n, wait, inline, err = w.startWrites(ctx, dest)
 			started += n
 			if err != nil {
 				break
+			}
+			if inline { // a write ended and was recorded here: take and start again
+				if ctx.Err() != nil {
+					err = errStop
+					break
+				}
+				continue
 			}
 		}
 		if ww.win.Writing() == 0 {
@@ -189,21 +216,33 @@ func orderingKey(m destination.Message) string {
 }
 
 // startWrites starts every write the window lets go now, each behind the write fence
-// (startWrite), and says how many it started. wait is how long until a held event's backoff or the rate cap lets the
-// next one go (zero: only a write ending makes room).
-func (w *worker) startWrites(ctx context.Context, dest destination.Destination) (started int, wait time.Duration, err error) {
+// (startWrite), and says how many it started. wait is how long until a held event's
+// backoff or the rate cap lets the next one go (zero: only a write ending makes room).
+//
+// A write the window hands out alone (nothing else of the destination in flight, and
+// nothing else it would let go before a write ends) is written inline: here, in the
+// pass's own goroutine, and recorded (ended) as it ends, with no goroutine and no
+// channel between, as one write at a time was before the window; the pass then takes
+// and starts again, as after any write's end. Others each go on their own (send), their
+// ends coming to the pass on the window's channel.
+func (w *worker) startWrites(ctx context.Context, dest destination.Destination) (started int, wait time.Duration, inline bool, err error) {
 	ww := w.ww
 	cfg := w.d.opts.Delivery
+	next := "" // an event Next handed out already, to start first (log ids are never "")
 	for {
 		now := w.d.opts.Now()
-		id, ok, wait := ww.win.Next(now)
-		if !ok {
-			return started, wait, nil
+		id := next
+		if id == "" {
+			var ok bool
+			if id, ok, wait = ww.win.Next(now); !ok {
+				return started, wait, false, nil
+			}
 		}
+		next = ""
 		h := ww.held[id]
 		if now.Sub(store.EntryTime(id)) > cfg.MaxMessageAge {
 			if err := w.expire(ctx, h); err != nil {
-				return started, 0, err
+				return started, 0, false, err
 			}
 			continue
 		}
@@ -213,10 +252,16 @@ func (w *worker) startWrites(ctx context.Context, dest destination.Destination) 
 			if ctx.Err() == nil {
 				w.log.Info("write not started: the destination changed", "event_id", h.entry.EventID)
 			}
-			return started, 0, errStop
+			return started, 0, false, errStop
 		}
-		go w.send(ctx, dest, &h, ww.results)
 		started++
+		if ww.win.Writing() == 1 { // alone in flight: would the window let another go now?
+			var ok bool
+			if next, ok, wait = ww.win.Next(now); !ok && wait == 0 {
+				return started, 0, true, w.ended(ctx, dest, w.write(ctx, dest, &h))
+			}
+		}
+		go w.send(ctx, dest, h, ww.results)
 	}
 }
 

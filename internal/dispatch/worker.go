@@ -253,22 +253,27 @@ func (w *worker) checkSetup(ctx context.Context, log *slog.Logger) (active bool)
 	return false
 }
 
-// send is one write: it goes on its own, bounded by sendTimeout, whatever becomes of
-// the pass (a write in flight at SIGTERM finishes and is recorded), and hands its
-// outcome to the pass.
-func (w *worker) send(ctx context.Context, dest destination.Destination, h *heldEvent, results chan<- written) {
+// send is one write on a goroutine of its own, beside others of the window: it hands
+// its outcome to the pass.
+func (w *worker) send(ctx context.Context, dest destination.Destination, h heldEvent, results chan<- written) {
+	results <- w.write(ctx, dest, &h)
+}
+
+// write is one write, bounded by sendTimeout whatever becomes of the pass (a write in
+// flight at SIGTERM finishes and is recorded).
+func (w *worker) write(ctx context.Context, dest destination.Destination, h *heldEvent) written {
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
 	started := time.Now()
 	endSpan := w.d.traceWrite(dest, h.entry)
 	err := w.d.sink(dest).Send(sendCtx, dest, h.msg)
 	cancel()
-	results <- written{held: h, err: err, took: time.Since(started), endSpan: endSpan}
+	return written{id: h.entry.ID, err: err, took: time.Since(started), endSpan: endSpan}
 }
 
-// written is one write's end, as send hands it to the pass: small, so the channel a
-// window's writes end on costs little to make per pass.
+// written is one write's end, as write returns it: small, so the channel a window's
+// writes end on (send) costs little. The event is the window's (held), by its log id.
 type written struct {
-	held    *heldEvent
+	id      string
 	err     error
 	took    time.Duration
 	endSpan func(outcome, message string)
@@ -281,7 +286,9 @@ type written struct {
 // counts) and the event waits out its backoff before every later event of its key.
 func (w *worker) ended(ctx context.Context, dest destination.Destination, r written) error {
 	w.endWrite()
-	ww, e := w.ww, r.held.entry
+	ww := w.ww
+	h := ww.held[r.id]
+	e := h.entry
 	outcome := failures.Classify(r.err)
 	r.endSpan(string(outcome.Class), outcome.Message)
 	w.d.opts.Metrics.observe(dest, outcome.Class, r.took, time.Since(store.EntryTime(e.ID)))
@@ -293,7 +300,7 @@ func (w *worker) ended(ctx context.Context, dest destination.Destination, r writ
 	}
 	w.d.opts.Logger.Log(ctx, level, "delivery attempt", "destination", dest.ID, "event_id", e.EventID,
 		"class", string(outcome.Class), "code", failures.Code(r.err), "message", outcome.Message)
-	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: r.held.msg.ID, Message: outcome.Message}
+	c := store.Commit{Kind: string(outcome.Class), EventID: e.EventID, MessageID: h.msg.ID, Message: outcome.Message}
 	switch outcome.Class {
 	case failures.Delivered:
 		ww.win.Finish(e.ID, true)

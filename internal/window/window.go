@@ -33,12 +33,15 @@ type slot struct {
 }
 
 // Window is one destination's events from its oldest unfinished one on, in arrival
-// order. It is not safe for concurrent use: the worker's pass owns it.
+// order. It is not safe for concurrent use: the worker's pass owns it. What it let go
+// of (slots, its maps' room) it keeps for the next events, and Renew readies it for
+// another destination, so a window in use allocates nothing per event.
 type Window struct {
 	setting int     // the destination's in_flight
 	size    int     // the window now: halved by a not-taken write, widened by one per delivery
 	ahead   int     // the look-ahead: the most events held at once
 	slots   []*slot // from the oldest unfinished event (or the first done one not yet let go) on
+	free    []*slot // slots let go of, emptied, for Add to take again
 	byID    map[string]*slot
 	writing int
 	busy    map[string]bool // Next's scratch: keys with an unfinished event passed over
@@ -49,9 +52,37 @@ type Window struct {
 
 // New returns an empty window of setting writes in flight (1–Max) and no rate cap.
 func New(setting int) *Window {
-	setting = min(max(setting, 1), Max)
-	return &Window{setting: setting, size: setting, ahead: AheadFactor * setting, byID: map[string]*slot{},
-		busy: map[string]bool{}}
+	w := &Window{byID: map[string]*slot{}, busy: map[string]bool{}}
+	w.Renew(setting)
+	return w
+}
+
+// Renew empties the window and readies it for a destination of setting writes in
+// flight (1–Max) and no rate cap, as New would make it, keeping the room it has.
+func (w *Window) Renew(setting int) {
+	w.empty()
+	w.setting = min(max(setting, 1), Max)
+	w.size, w.ahead = w.setting, AheadFactor*w.setting
+	w.interval, w.nextStart = 0, time.Time{}
+}
+
+// empty lets go of every event held, keeping their slots for Add.
+func (w *Window) empty() {
+	w.letGo(len(w.slots))
+	clear(w.byID)
+	w.writing = 0
+}
+
+// letGo drops the first n slots (emptied, for Add to take again), moving the rest to
+// the front: the array is kept, not left behind.
+func (w *Window) letGo(n int) {
+	for _, s := range w.slots[:n] {
+		*s = slot{}
+		w.free = append(w.free, s)
+	}
+	m := copy(w.slots, w.slots[n:])
+	clear(w.slots[m:])
+	w.slots = w.slots[:m]
 }
 
 // SetRate caps how many writes start per second (0: no cap).
@@ -80,7 +111,13 @@ func (w *Window) Writing() int { return w.writing }
 // Add takes the next event of the log, with its ordering key, in arrival order. The
 // caller keeps to Room.
 func (w *Window) Add(id, key string) {
-	s := &slot{id: id, key: key}
+	var s *slot
+	if n := len(w.free); n > 0 {
+		s, w.free[n-1], w.free = w.free[n-1], nil, w.free[:n-1]
+		s.id, s.key = id, key
+	} else {
+		s = &slot{id: id, key: key}
+	}
 	w.slots = append(w.slots, s)
 	w.byID[id] = s
 }
@@ -205,11 +242,7 @@ func (w *Window) Settle() (last string, finished []string) {
 		n++
 	}
 	if n > 0 {
-		clear(w.slots[:n])
-		w.slots = w.slots[n:]
-		if len(w.slots) == 0 {
-			w.slots = nil
-		}
+		w.letGo(n)
 	}
 	for _, s := range w.slots {
 		if s.state == done {
@@ -222,5 +255,6 @@ func (w *Window) Settle() (last string, finished []string) {
 // Reset empties the window (the cursor moved under it: a replay, an activation), keeping
 // its setting and rate; the window size starts over at the setting.
 func (w *Window) Reset() {
-	w.slots, w.byID, w.writing, w.size = nil, map[string]*slot{}, 0, w.setting
+	w.empty()
+	w.size = w.setting
 }

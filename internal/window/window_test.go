@@ -248,3 +248,75 @@ func TestTheLookAheadBoundsWhatAHeldKeyLetsPass(t *testing.T) {
 		t.Fatalf("with the oldest held: settled %q, room %d; want nothing settled and no room", last, w.Room())
 	}
 }
+
+func TestARenewedWindowIsANewOneOfItsSetting(t *testing.T) {
+	w := New(16)
+	w.SetRate(10)
+	now := time.Unix(0, 0)
+	for i := range 6 {
+		w.Add(fmt.Sprint("old", i), fmt.Sprint("k", i%3))
+	}
+	id, _, _ := w.Next(now)
+	w.NotTaken(id, now.Add(time.Hour)) // the window halved, a key held, the pace set
+	w.Next(now)
+
+	w.Renew(2)
+	fresh := New(2)
+	if w.Setting() != fresh.Setting() || w.Size() != fresh.Size() || w.Ahead() != fresh.Ahead() ||
+		w.Len() != 0 || w.Writing() != 0 || w.Room() != fresh.Room() {
+		t.Fatalf("renewed: setting %d size %d ahead %d len %d writing %d room %d; want those of New(2): %d %d %d 0 0 %d",
+			w.Setting(), w.Size(), w.Ahead(), w.Len(), w.Writing(), w.Room(), fresh.Setting(), fresh.Size(), fresh.Ahead(), fresh.Room())
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		w.Add(id, id)
+	}
+	// No pace, no held key, nothing of the old events: two writes at once, the window's.
+	for _, want := range []string{"a", "b"} {
+		if id, ok, _ := w.Next(now); !ok || id != want {
+			t.Fatalf("renewed window: %q %v, want %s at once", id, ok, want)
+		}
+	}
+	if id, ok, _ := w.Next(now); ok {
+		t.Fatalf("a third write with a window of 2: %s", id)
+	}
+	if w.Attempts("old0") != 0 || w.Attempts("a") != 0 {
+		t.Fatal("the renewed window remembers attempts")
+	}
+	w.Finish("a", true)
+	w.Finish("b", true)
+	if last, finished := w.Settle(); last != "b" || len(finished) != 0 {
+		t.Fatalf("settle: %q %v, want b and nothing after it", last, finished)
+	}
+}
+
+func TestAWindowInUseAllocatesNothingPerEvent(t *testing.T) {
+	w := New(16)
+	now := time.Unix(0, 0)
+	ids := make([]string, 64)
+	for i := range ids {
+		ids[i] = fmt.Sprint("e", i)
+	}
+	cycle := func() { // a look-ahead's worth of events of 5 keys, written and let go
+		for i, id := range ids[:w.Ahead()] {
+			w.Add(id, ids[i%5])
+		}
+		for w.Len() > 0 {
+			for {
+				id, ok, _ := w.Next(now)
+				if !ok {
+					break
+				}
+				w.Finish(id, true)
+			}
+			w.Settle()
+		}
+	}
+	cycle() // its room made once
+	if n := testing.AllocsPerRun(20, cycle); n != 0 {
+		t.Fatalf("%.1f allocations for %d events through the window, want none", n, w.Ahead())
+	}
+	w.Renew(4)
+	if n := testing.AllocsPerRun(20, cycle); n != 0 {
+		t.Fatalf("%.1f allocations after Renew, want none", n)
+	}
+}
