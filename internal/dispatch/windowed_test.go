@@ -312,6 +312,21 @@ func windowRig(t *testing.T, bs buses, dests ...destination.Destination) *rig {
 	return r
 }
 
+// startFollowed starts the rig and waits until the account's log follower runs. A
+// follower's start marks every worker of the account stale, and a stale worker's pass
+// stops and waits for its writes in flight: a test that holds writes at the bus
+// publishes after it, or the pass it holds could wait for them for good.
+func (r *rig) startFollowed() {
+	r.t.Helper()
+	r.start()
+	waitFor(r.t, "the account's log followed", func() bool {
+		f := r.d.feedOf(acct)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.owner != nil
+	})
+}
+
 // lastLogID is the id of the account log's newest entry.
 func (r *rig) lastLogID() string {
 	r.t.Helper()
@@ -487,8 +502,8 @@ func TestTwentyRejectionsInARowWithWritesInFlightDisableCountedInTheOrderWritesE
 	d := bus("orders", "111122223333")
 	d.InFlight = win
 	r := windowRig(t, buses{"orders": b}, d)
+	r.startFollowed() // then the events: the follower's start, past them, would stop the held writes' pass
 	publishPlanned(t, r.store, events, 100)
-	r.start()
 	t.Cleanup(b.letAll)
 
 	rejected := failures.NewRejected("AccessDeniedException: the role may not write to the bus", nil)
@@ -587,8 +602,8 @@ func TestAPauseWithWritesInFlightStartsNoneAfterItAndRecordsThem(t *testing.T) {
 	d.InFlight = win
 	r := windowRig(t, buses{"orders": b}, d)
 	r.d.opts.StateFormat = func() int { return 2 }
+	r.startFollowed()
 	publishPlanned(t, r.store, events, 40)
-	r.start()
 	t.Cleanup(b.letAll)
 	waitFor(t, "the window full", func() bool { return len(b.held()) == win })
 
