@@ -186,9 +186,39 @@ func (e *benchEnv) warmUp(ctx context.Context, r benchRun, exchange string, pub 
 	}
 	base := e.bus.count()
 	if !waitCount(ctx, e.bus, base, r.dests, 300*time.Second) {
-		return fmt.Sprintf("warm-up: %d of %d destinations got the first event, then none for 300 s", e.bus.count()-base, r.dests)
+		return fmt.Sprintf("warm-up: %d of %d destinations got the first event, then none for 300 s%s", e.bus.count()-base, r.dests, notActive(ctx, rdb, r.dests))
 	}
 	return ""
+}
+
+// notActive says, for a warm-up that did not finish, which destinations' stored state is
+// not active and why (their status, pending check and last failure as Redis holds
+// them), so a failure says where to look: "" when all are active or Redis cannot say.
+func notActive(ctx context.Context, rdb redis.UniversalClient, dests int) string {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, dests)
+	for i := range dests {
+		cmds[i] = pipe.HMGet(ctx, storetest.DestKey("acct_bench", fmt.Sprintf("d%d", i)), "status", "pending", "last_failure", "cursor")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return ""
+	}
+	var out []string
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) == 4 && v[0] == "active" {
+			continue
+		}
+		if len(out) == 3 {
+			out = append(out, "…")
+			break
+		}
+		out = append(out, fmt.Sprintf("d%d %q", i, fmt.Sprint(v)))
+	}
+	if len(out) == 0 {
+		return "; every destination's stored status is active"
+	}
+	return "; not active: " + strings.Join(out, ", ")
 }
 
 // idleCost measures what the destinations cost Redis and the relay with nothing to
