@@ -141,6 +141,12 @@ took="$((SECONDS / 60)) min $((SECONDS % 60)) s"
 	cat "$state/e2e.md"
 } >>"$report"
 echo "bench: $took in all" >&2
+# A row that failed (its figure says "failed: …") keeps the state directory: each relay's
+# log is in it, and the run itself still passes.
+if grep -q '| failed: ' "$state/aims.md"; then
+	export BENCH_KEEP=1
+	echo "bench: a row failed; its relay's log is in $state" >&2
+fi
 
 if [[ $doc == - ]]; then
 	cat "$report"
