@@ -128,6 +128,9 @@ func (f *feed) handoff(after string, es []store.LogEntry, now time.Time) (took, 
 		return false, false
 	}
 	f.ownAt = now
+	if n := len(es); n > 0 && f.holds(es[n-1].ID) {
+		return false, false // the follower's read brought the run first: nothing was missed
+	}
 	if after == "" || after != f.last() {
 		wake, f.missed = !f.missed, true
 		return false, wake

@@ -175,6 +175,9 @@ func TestAFollowerLeavesOutTheLogItsOwnAppendsHandOverAndReadsItAgainWhenTheyMis
 	}
 	f.add(me, []store.LogEntry{{ID: "2-1"}, {ID: "3-0"}, {ID: "4-0"}})
 	p.Log = "4-0"
+	if took, wake := f.handoff("3-0", []store.LogEntry{{ID: "4-0"}}, t0.Add(ownQuiet)); took || wake {
+		t.Fatalf("a run the follower's read brought first: took %v, wake %v; want neither (nothing was missed)", took, wake)
+	}
 	if took, _ := f.handoff("4-0", []store.LogEntry{{ID: "5-0"}}, t0.Add(ownQuiet)); !took {
 		t.Fatal("a run after the read's last entry was refused")
 	}
