@@ -64,7 +64,7 @@ type apiResult struct {
 // apiRow runs the API rows with n destinations on redisURL.
 func (e *benchEnv) apiRow(ctx context.Context, redisURL string, rdb redis.UniversalClient, n int) (res apiResult) {
 	res.dests = n
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
+	if err := emptyRedis(ctx, rdb); err != nil {
 		res.err = err.Error()
 		return
 	}

@@ -130,7 +130,7 @@ func serve(ctx context.Context, e env, path string, cfg *config.Config, log *slo
 	var keeperErr error
 	keeper := upgrade.New(upgrade.Options{Store: st, Owner: owner, Release: thisRelease(), Known: knownReleases(),
 		TTL: cfg.Delivery.LeaseTTL, Logger: log.With("component", "upgrade"), Registerer: reg,
-		Stop: func(err error) { keeperErr = err; stop() }, Rewrites: rewrites(st)})
+		Stop: func(err error) { keeperErr = err; stop() }, Rewrites: upgrade.ReleaseRewrites(st)})
 	st.SetStateFormat(keeper.Writes) // what only a later format may write waits for its switch
 	// Operator events wait in Redis outboxes until the broker confirms them.
 	outbox := notify.New(notify.Options{URLs: cfg.RabbitMQ.URLs, Exchange: cfg.Delivery.OperatorEventsExchange,
