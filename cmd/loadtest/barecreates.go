@@ -201,9 +201,5 @@ func redisCalls(ctx context.Context, rdb redis.UniversalClient) int64 {
 // redisCPUTotal is the CPU every master behind rdb has spent so far (INFO cpu).
 func redisCPUTotal(ctx context.Context, rdb redis.UniversalClient) time.Duration {
 	m, _ := redisCPU(ctx, rdb)
-	var t time.Duration
-	for _, d := range m {
-		t += d
-	}
-	return t
+	return total(m)
 }

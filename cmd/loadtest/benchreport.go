@@ -133,12 +133,12 @@ func judgeAims(results []benchResult) []aim {
 			x := aim{what: fmt.Sprintf("%s leased idle destinations: %s CPU", thousands(n), proc),
 				target: fmt.Sprintf("≤ %.0f%% of a core", 100*aimIdleShare), figure: fmt.Sprintf("no %s-destination row", thousands(n))}
 			if okIdle && idleRow.idleFor > 0 {
-				share := idleRow.idleRelayShare()
-				if proc == "Redis" {
-					share = idleRow.idleRedisShare()
+				sp := idleRow.idleSpread(proc == "Redis")
+				x.figure = fmt.Sprintf("%.1f%% over %s", 100*sp.med, idleRow.idleFor.Round(100*time.Millisecond))
+				if sp.n > 1 {
+					x.figure += fmt.Sprintf(" (%.1f–%.1f%%, %d stretches of %s)", 100*sp.lo, 100*sp.hi, sp.n, idleSliceLen)
 				}
-				x.figure = fmt.Sprintf("%.1f%% over %s", 100*share, idleRow.idleFor.Round(100*time.Millisecond))
-				x.state = judge(share <= aimIdleShare)
+				x.state = sp.atMost(aimIdleShare)
 			}
 			aims = append(aims, x)
 		}
@@ -416,6 +416,29 @@ func (r benchResult) idleRedisShare() float64 {
 
 func (r benchResult) idleRelayShare() float64 { return r.idleRelayCPU.Seconds() / r.idleFor.Seconds() }
 
+// idleSpread is the idle window's share of a core, Redis's (every master) or the
+// relay's, with the spread of its stretches (meanSpread).
+func (r benchResult) idleSpread(redis bool) spread {
+	whole := r.idleRelayShare()
+	if redis {
+		whole = r.idleRedisShare()
+	}
+	xs := make([]float64, 0, len(r.idleSlices))
+	for _, s := range r.idleSlices {
+		cpu := s.relay
+		if redis {
+			cpu = s.redis
+		}
+		if s.took > 0 {
+			xs = append(xs, cpu.Seconds()/s.took.Seconds())
+		}
+	}
+	if len(xs) == 0 { // read at its ends only: the window is its one stretch
+		xs = []float64{whole}
+	}
+	return meanSpread(whole, xs)
+}
+
 // findRow is the first row of this commit's relay on the single server, its bus not
 // behind the delay proxy, that matches and did not fail.
 func findRow(results []benchResult, match func(benchRun) bool) (benchResult, bool) {
@@ -474,7 +497,7 @@ func medianRedisPerDelivery(r benchResult) float64 { return r.perDelivery(repRes
 func aimsTable(aims []aim) string {
 	var b strings.Builder
 	b.WriteString("### Aims (issues 23, 30, 31, 46 and 53), this run\n\n")
-	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence (8 to 11 runs: the smallest and the largest, 12 or more the second smallest and largest; fewer: Student's t at 99% on the runs' logarithms, or the smallest and the largest where wider), but a CPU ratio of 8 pairs or more: the Hodges–Lehmann estimate and the 99% Wilcoxon signed-rank interval of the pairs' logarithms; the interval of a CPU aim, of the cluster's, of Redis's per delivery over per ingested event and of p99 over the bare pipeline's at least as wide as that figure's estimates in earlier runs spread (docs/bench-history.tsv: t at 99% times their standard deviation in the logarithm, about this run's estimate; \"as wide as N earlier runs spread\"); a row of two or more pairs ran them in two sittings minutes apart, each on a relay and a bare path of its own; a ratio of fewer than 8 pairs holds both series' own spreads too, and a figure over another row's takes both rows' intervals; a row that may run 8 pairs settles on no fewer; a verdict whose interval crosses its target is \"unsure\".\n\n")
+	b.WriteString("Each figure with its spread: the median of its runs (of a ratio, the median of the pairs' ratios, each pair a run of the relay and the bare path's run right after it) and the interval that holds the median with at least 99% confidence (8 to 11 runs: the smallest and the largest, 12 or more the second smallest and largest; fewer: Student's t at 99% on the runs' logarithms, or the smallest and the largest where wider), but a CPU ratio of 8 pairs or more: the Hodges–Lehmann estimate and the 99% Wilcoxon signed-rank interval of the pairs' logarithms; the interval of a CPU aim, of the cluster's, of Redis's per delivery over per ingested event and of p99 over the bare pipeline's at least as wide as that figure's estimates in earlier runs spread (docs/bench-history.tsv: t at 99% times their standard deviation in the logarithm, about this run's estimate; \"as wide as N earlier runs spread\"); a row of two or more pairs ran them in two sittings minutes apart, each on a relay and a bare path of its own; a ratio of fewer than 8 pairs holds both series' own spreads too, and a figure over another row's takes both rows' intervals; a row that may run 8 pairs settles on no fewer; an idle share is the whole window's, its interval Student's t at 99% on the mean of the window's 5-second stretches (one with a garbage collection in it widens it); a verdict whose interval crosses its target is \"unsure\".\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| aim\t target\t figure\t verdict\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t")

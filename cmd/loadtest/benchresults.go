@@ -33,6 +33,7 @@ type benchResult struct {
 	idleFor              time.Duration
 	idleCPU              []masterCPU   // per Redis master, over idleFor after the warm-up, nothing published
 	idleRelayCPU         time.Duration // the relay process over the same window
+	idleSlices           []idleSlice   // the same window, read every idleSliceLen
 	// A memory row's used_memory (every master) before its first timed repetition and
 	// once its destination has committed the last, and then what the destination holds.
 	memBefore, memAfter int64
@@ -67,6 +68,16 @@ type masterCPU struct {
 	addr string
 	cpu  time.Duration
 }
+
+// idleSlice is one stretch of a row's idle window: what Redis (every master) and the
+// relay spent over it, and how long it took.
+type idleSlice struct {
+	redis, relay, took time.Duration
+}
+
+// idleSliceLen is how long each idleSlice of an idle window is (the last may be
+// shorter): 15 s makes 3, a minute 12.
+const idleSliceLen = 5 * time.Second
 
 // bareResult is one repetition of a row's bare path: the bare pipeline for one
 // destination, the bare fan-out for many.

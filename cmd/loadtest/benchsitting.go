@@ -257,17 +257,36 @@ func (e *benchEnv) idleCost(ctx context.Context, r benchRun, rep *replica, rdb r
 	}
 	relay0 := procCPU(rep.pid())
 	idleStart := time.Now()
-	sleepUntil(ctx, idleStart.Add(idleFor))
-	idle1, err := redisCPU(ctx, rdb)
-	if err != nil {
-		return "INFO cpu: " + err.Error()
+	// Read again every idleSliceLen, so the verdict has the window's spread (idleSpread).
+	var last map[string]time.Duration
+	redisAt, relayAt, at := total(idle0), relay0, idleStart
+	for end := idleStart.Add(idleFor); at.Before(end); {
+		next := at.Add(idleSliceLen)
+		if next.After(end) {
+			next = end
+		}
+		sleepUntil(ctx, next)
+		if last, err = redisCPU(ctx, rdb); err != nil {
+			return "INFO cpu: " + err.Error()
+		}
+		now, relayNow := time.Now(), procCPU(rep.pid())
+		res.idleSlices = append(res.idleSlices, idleSlice{redis: total(last) - redisAt, relay: relayNow - relayAt, took: now.Sub(at)})
+		redisAt, relayAt, at = total(last), relayNow, now
 	}
-	res.idleRelayCPU = procCPU(rep.pid()) - relay0
-	res.idleFor = time.Since(idleStart)
-	for _, addr := range slices.Sorted(maps.Keys(idle1)) {
-		res.idleCPU = append(res.idleCPU, masterCPU{addr, idle1[addr] - idle0[addr]})
+	res.idleRelayCPU, res.idleFor = relayAt-relay0, at.Sub(idleStart)
+	for _, addr := range slices.Sorted(maps.Keys(last)) {
+		res.idleCPU = append(res.idleCPU, masterCPU{addr, last[addr] - idle0[addr]})
 	}
 	return ""
+}
+
+// total is the CPU of every master together.
+func total(perMaster map[string]time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range perMaster {
+		t += d
+	}
+	return t
 }
 
 // repeat runs sitting s of row r's timed repetitions into res.reps, each followed by one

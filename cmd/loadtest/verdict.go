@@ -106,6 +106,30 @@ func t995(df int) float64 {
 	return math.Round(q*1000) / 1000
 }
 
+// meanSpread is the spread of a share read over the stretches of one window (xs, each
+// over about as long), about the whole window's share (whole): whole ± t·sd/√n with
+// Student's t at 99% on the stretches, never below 0; one stretch: whole alone. A mean,
+// not a median: one stretch a garbage collection fell in counts at its share of the
+// window, and widens the interval rather than being outvoted by the quiet ones.
+func meanSpread(whole float64, xs []float64) spread {
+	n := len(xs)
+	sp := spread{med: whole, lo: whole, hi: whole, n: n}
+	if n < 2 {
+		return sp
+	}
+	var mean, ss float64
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(n)
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	half := t995(n-1) * math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
+	sp.lo, sp.hi = max(whole-half, 0), whole+half
+	return sp
+}
+
 // medianRank is the largest k ≥ 1 such that x(k)…x(n+1-k) of n repetitions holds their
 // population's median with at least medianConfidence: 1 − 2·P(Binomial(n, ½) < k).
 func medianRank(n int) int {

@@ -329,3 +329,42 @@ func TestCPURatiosAreJudgedOnTheSignedRankInterval(t *testing.T) {
 		t.Errorf("5 pairs: %+v, want pairedSpread's %+v", got, want)
 	}
 }
+
+func TestAnIdleShareIsJudgedOnTheSpreadOfItsStretches(t *testing.T) {
+	stretches := func(xs ...float64) benchResult {
+		r := benchResult{idleFor: time.Duration(len(xs)) * idleSliceLen}
+		for _, x := range xs {
+			cpu := time.Duration(x * float64(idleSliceLen))
+			r.idleSlices = append(r.idleSlices, idleSlice{redis: cpu, relay: cpu / 2, took: idleSliceLen})
+			r.idleRelayCPU += cpu / 2
+			r.idleCPU = append(r.idleCPU, masterCPU{"m", cpu})
+		}
+		return r
+	}
+	quiet := slices.Repeat([]float64{0.010, 0.012, 0.011, 0.009}, 6) // 24 stretches about 1.05%
+	// A garbage collection in one stretch of 24 brings the whole window's share to 2.0%:
+	// its interval crosses the 2% aim (the next window might hold no collection).
+	gc := slices.Clone(quiet)
+	gc[7] += 0.0095 * 24
+	busy := slices.Repeat([]float64{0.030, 0.032, 0.031, 0.029}, 6)
+	for name, c := range map[string]struct {
+		r          benchResult
+		redis      bool
+		want       aimState
+		wholeShare float64
+	}{
+		"quiet":                   {stretches(quiet...), true, met, 0.0105},
+		"a collection in one":     {stretches(gc...), true, unsure, 0.02},
+		"busy":                    {stretches(busy...), true, notMet, 0.0305},
+		"the relay's, quiet":      {stretches(quiet...), false, met, 0.0105 / 2},
+		"one stretch, at the aim": {stretches(0.02), true, met, 0.02},
+	} {
+		sp := c.r.idleSpread(c.redis)
+		if math.Abs(sp.med-c.wholeShare) > 1e-9 || sp.lo > sp.med || sp.hi < sp.med || sp.lo < 0 {
+			t.Errorf("%s: spread %+v, want about the window's share %v", name, sp, c.wholeShare)
+		}
+		if got := sp.atMost(aimIdleShare); got != c.want {
+			t.Errorf("%s: %.2f%% (%.2f–%.2f%%) ≤ 2%%: %s, want %s", name, 100*sp.med, 100*sp.lo, 100*sp.hi, got, c.want)
+		}
+	}
+}
